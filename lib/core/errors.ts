@@ -1,0 +1,131 @@
+/**
+ * Stable codes, one per failure. Clients and log queries can match on them; they never
+ * change between versions.
+ */
+export const IdempotencyErrorCode = {
+  KeyMissing: 'IDEMPOTENCY_KEY_MISSING',
+  KeyInvalid: 'IDEMPOTENCY_KEY_INVALID',
+  FingerprintMismatch: 'IDEMPOTENCY_FINGERPRINT_MISMATCH',
+  InFlight: 'IDEMPOTENCY_REQUEST_IN_FLIGHT',
+  NotReplayable: 'IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE',
+  StoreUnavailable: 'IDEMPOTENCY_STORE_UNAVAILABLE',
+  Configuration: 'IDEMPOTENCY_CONFIGURATION_ERROR',
+  RequestInvalid: 'IDEMPOTENCY_REQUEST_INVALID',
+} as const;
+export type IdempotencyErrorCode = (typeof IdempotencyErrorCode)[keyof typeof IdempotencyErrorCode];
+
+/** Base class: every error this library raises is one of these. */
+export class IdempotencyError extends Error {
+  /** HTTP status used when the error reaches an HTTP client. */
+  readonly status: number;
+  readonly code: IdempotencyErrorCode;
+  /** What the caller can do about it. */
+  readonly hint: string;
+
+  constructor(code: IdempotencyErrorCode, status: number, message: string, hint: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.hint = hint;
+  }
+}
+
+export class IdempotencyKeyMissingError extends IdempotencyError {
+  constructor(source: string) {
+    super(
+      IdempotencyErrorCode.KeyMissing,
+      400,
+      `This operation requires an idempotency key, and none was found in ${source}.`,
+      `Send a unique key (for example a UUID) in ${source}, and reuse it only when retrying the same request.`,
+    );
+  }
+}
+
+export class IdempotencyKeyInvalidError extends IdempotencyError {
+  constructor(reason: string) {
+    super(
+      IdempotencyErrorCode.KeyInvalid,
+      400,
+      `The idempotency key is invalid: ${reason}.`,
+      'Use 1 to 255 printable characters without control characters, for example a UUID.',
+    );
+  }
+}
+
+export class IdempotencyFingerprintMismatchError extends IdempotencyError {
+  constructor() {
+    super(
+      IdempotencyErrorCode.FingerprintMismatch,
+      422,
+      'This idempotency key was already used with a different request.',
+      'Reuse a key only to retry the identical request; send a new key for a new request.',
+    );
+  }
+}
+
+export class IdempotencyInFlightError extends IdempotencyError {
+  /** Suggested wait before retrying, in ms. */
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number) {
+    super(
+      IdempotencyErrorCode.InFlight,
+      409,
+      'A request with this idempotency key is still being processed.',
+      `Retry after ${Math.ceil(retryAfterMs / 1000)} s with the same key to receive its result.`,
+    );
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+export class IdempotencyNotReplayableError extends IdempotencyError {
+  constructor(reason: string) {
+    super(
+      IdempotencyErrorCode.NotReplayable,
+      409,
+      `A request with this idempotency key already completed, but its response could not be stored for replay (${reason}).`,
+      'The operation ran once and will not run again with this key. Fetch the resource instead, or use a new key for a new operation.',
+    );
+  }
+}
+
+export class IdempotencyStoreUnavailableError extends IdempotencyError {
+  constructor(cause: unknown) {
+    super(
+      IdempotencyErrorCode.StoreUnavailable,
+      503,
+      `The idempotency store is unavailable: ${describe(cause)}.`,
+      'Retry later with the same key. Operators: check the store connection, or set onStoreError: "fail-open" to run unprotected during outages.',
+      { cause },
+    );
+  }
+}
+
+export class IdempotencyConfigurationError extends IdempotencyError {
+  constructor(message: string, hint: string) {
+    super(IdempotencyErrorCode.Configuration, 500, message, hint);
+  }
+}
+
+/** The request itself cannot be fingerprinted (for example nested deeper than the limit). */
+export class IdempotencyRequestInvalidError extends IdempotencyError {
+  constructor(reason: string) {
+    super(IdempotencyErrorCode.RequestInvalid, 400, `The request cannot be processed idempotently: ${reason}.`, 'Send a smaller or flatter payload.');
+  }
+}
+
+export function isIdempotencyError(value: unknown): value is IdempotencyError {
+  // Checks the shape too, as two copies of this package (ESM and CJS) can meet in one process.
+  return (
+    value instanceof IdempotencyError ||
+    (value instanceof Error &&
+      typeof (value as Partial<IdempotencyError>).code === 'string' &&
+      (value as IdempotencyError).code.startsWith('IDEMPOTENCY_') &&
+      typeof (value as Partial<IdempotencyError>).status === 'number')
+  );
+}
+
+function describe(cause: unknown): string {
+  if (cause instanceof Error) return cause.message || cause.name;
+  return String(cause);
+}

@@ -1,0 +1,48 @@
+/**
+ * Every outcome of an idempotent execution is reported through `onEvent`. Keys appear
+ * only as their scoped SHA-256 (`key`), never as the raw client value.
+ */
+export type IdempotencyEventType =
+  /** This call owns the key and runs the handler. */
+  | 'claimed'
+  /** The handler finished and its result was stored. */
+  | 'completed'
+  /** A stored result (or cached error) was returned instead of running the handler. */
+  | 'replayed'
+  /** A duplicate arrived while the first was still running (rejected, or about to wait). */
+  | 'in_flight_conflict'
+  /** Same key, different request. */
+  | 'fingerprint_mismatch'
+  /** The handler threw; the key was released so the client may retry. */
+  | 'released'
+  /** The handler threw an error that `cacheErrors` selected; the error was stored. */
+  | 'error_cached'
+  /** The lease was taken over by another worker (this one was too slow or paused); its result is not stored. */
+  | 'lease_lost'
+  /** The caller went away before the handler finished; the key stays leased until it expires. */
+  | 'abandoned'
+  /** The result could not be stored (stream, too large); duplicates will get a not-replayable error. */
+  | 'response_not_storable'
+  /** The store failed. `failOpen` tells whether the handler then ran unprotected. */
+  | 'store_error';
+
+export interface IdempotencyEvent {
+  readonly type: IdempotencyEventType;
+  /** Scoped SHA-256 of the client key (what the store sees). */
+  readonly key: string;
+  /** Handler name, e.g. `PaymentsController.refund`, or the wrapper's name. */
+  readonly handler?: string;
+  /** Epoch ms when the event happened. */
+  readonly at: number;
+  /** Ms since the idempotent call started. */
+  readonly durationMs: number;
+  /** Ms spent in the store call that led to this event, when there was one. */
+  readonly storeLatencyMs?: number;
+  readonly error?: unknown;
+  /** For `store_error`: whether the handler ran without protection. */
+  readonly failOpen?: boolean;
+  /** For `response_not_storable`: why. */
+  readonly reason?: string;
+}
+
+export type IdempotencyEventListener = (event: IdempotencyEvent) => void;

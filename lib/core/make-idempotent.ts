@@ -1,0 +1,102 @@
+import { IdempotencyConfigurationError, IdempotencyKeyMissingError } from './errors.js';
+import type { IdempotencyEventListener } from './events.js';
+import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
+import { fingerprintOf, storageKeyOf } from './hash.js';
+import { normalizeIdempotencyKey } from './key.js';
+import type { IdempotencyStore } from './store.js';
+import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
+
+export interface MakeIdempotentOptions<A extends unknown[]> {
+  /** Where records live. Share one store between processes that must not repeat work. */
+  store: IdempotencyStore;
+  /** Derives the idempotency key from the call's arguments (e.g. an event id). */
+  key: (...args: A) => string | number;
+  /**
+   * Namespace of the keys, so two wrapped functions with equal keys stay independent.
+   * @default the function's name (an anonymous function must be given one)
+   */
+  scope?: string;
+  /** Retention of a completed result, ms. @default 86400000 (24 h) */
+  ttl?: number;
+  /** Lease of a running call, ms; renewed every third while the function runs. @default 30000 */
+  leaseTtl?: number;
+  /**
+   * Same key while the first call runs: `'wait'` for its result, or `'reject'` with
+   * `IdempotencyInFlightError`.
+   * @default 'wait'
+   */
+  inFlight?: InFlightStrategy;
+  /** Longest wait for a running duplicate, ms. @default 10000 */
+  waitTimeout?: number;
+  /**
+   * Material that must match for a key to be reused (a mismatch throws
+   * `IdempotencyFingerprintMismatchError`); `true` uses all arguments.
+   * @default false
+   */
+  fingerprint?: boolean | ((...args: A) => unknown);
+  /** Errors for which this returns true are stored and rethrown to duplicates. @default none */
+  cacheErrors?: (error: unknown) => boolean;
+  /** @default 'fail-closed' */
+  onStoreError?: StoreErrorStrategy;
+  /** Largest serialized result stored, bytes. @default 1048576 */
+  maxResultBytes?: number;
+  onEvent?: IdempotencyEventListener;
+  /** Shares in-process wake-ups with other wrappers; one is created when omitted. */
+  engine?: IdempotencyEngine;
+}
+
+export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise<Awaited<R>>;
+
+/**
+ * Wraps an async function so that calls with the same key run it once: concurrent
+ * duplicates wait for (or are refused) the running call, later ones get its stored
+ * result, and a thrown error releases the key so a retry runs it again.
+ *
+ * @example
+ * const chargeOnce = makeIdempotent(charge, { store, key: (order) => order.id });
+ */
+export function makeIdempotent<A extends unknown[], R>(
+  fn: (...args: A) => R,
+  options: MakeIdempotentOptions<A>,
+): IdempotentFunction<A, R> {
+  if (!options?.store) {
+    throw new IdempotencyConfigurationError('makeIdempotent needs a store.', 'Pass { store: new MemoryIdempotencyStore() } or a shared Redis/TypeORM store.');
+  }
+  if (typeof options.key !== 'function') {
+    throw new IdempotencyConfigurationError('makeIdempotent needs a key function.', 'Pass { key: (...args) => args[0].id } returning a string unique per operation.');
+  }
+  const scope = options.scope ?? fn.name;
+  if (!scope) {
+    throw new IdempotencyConfigurationError(
+      'makeIdempotent cannot name an anonymous function.',
+      'Pass { scope: "charge-order" } so its keys do not collide with other wrapped functions.',
+    );
+  }
+  const engine = options.engine ?? new IdempotencyEngine();
+  const policy = {
+    store: options.store,
+    ttl: options.ttl ?? DEFAULT_TTL,
+    leaseTtl: options.leaseTtl ?? DEFAULT_LEASE_TTL,
+    inFlight: options.inFlight ?? 'wait',
+    waitTimeout: options.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
+    cacheErrors: options.cacheErrors,
+    onStoreError: options.onStoreError ?? 'fail-closed',
+    maxResponseBytes: options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+    onEvent: options.onEvent,
+    handler: scope,
+  } as const;
+  const fingerprint = options.fingerprint;
+  const scopeTag = 'fn:' + scope;
+
+  const wrapped = async (...args: A): Promise<Awaited<R>> => {
+    const raw = options.key(...args);
+    if (raw === undefined || raw === null || raw === '') throw new IdempotencyKeyMissingError(`the key function of ${scope}`);
+    const key = storageKeyOf(scopeTag, normalizeIdempotencyKey(raw));
+    const material = fingerprint === true ? args : typeof fingerprint === 'function' ? fingerprint(...args) : undefined;
+    const request = { key, fingerprint: fingerprint ? fingerprintOf(material) : undefined };
+    const { value } = await engine.execute(request, policy, () => fn(...args));
+    return value as Awaited<R>;
+  };
+  Object.defineProperty(wrapped, 'name', { value: `idempotent(${scope})` });
+  return wrapped;
+}

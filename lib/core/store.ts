@@ -1,0 +1,51 @@
+import type { ClaimResult, IdempotencyRecord } from './record.js';
+
+export interface ClaimRequest {
+  /** A fresh random token that identifies this attempt in later compare-and-set writes. */
+  readonly token: string;
+  /** How long the lease lasts before another worker may take the key over, in ms. */
+  readonly leaseTtl: number;
+  /** Stored with the lease so concurrent duplicates can be checked against it. */
+  readonly fingerprint?: string;
+}
+
+export interface CompleteRequest {
+  /** Opaque serialized outcome to replay. */
+  readonly result: string;
+  /** How long the completed record is kept, in ms. */
+  readonly ttl: number;
+}
+
+/**
+ * The persistence contract. A backend implements only these atomic primitives; all
+ * hashing, validation, state logic and policy live once in the core.
+ *
+ * Every method must be a single atomic operation on the backend:
+ * - `claim` creates an `in_progress` record when the key is absent, or when the
+ *   existing record is an `in_progress` one whose lease has expired, or a completed
+ *   one past its retention; otherwise it returns the existing record untouched.
+ * - `complete`, `release` and `renew` are compare-and-set on `token`: they change
+ *   nothing and return `false` unless the key is `in_progress` under that exact token
+ *   (and, for `renew` and `complete`, the lease has not expired yet).
+ *
+ * Keys handed to a store are already hashed and scoped by the core; they contain only
+ * `[A-Za-z0-9_-]`, so a store may embed them in its own key format safely.
+ *
+ * Run `describeStoreContract()` from `nestjs-idempotency/testing` against your own
+ * implementation to check it.
+ */
+export interface IdempotencyStore {
+  claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
+  complete(key: string, token: string, request: CompleteRequest): Promise<boolean>;
+  release(key: string, token: string): Promise<boolean>;
+  renew(key: string, token: string, leaseTtl: number): Promise<boolean>;
+  /** The live record, or `undefined` when absent or expired. */
+  get(key: string): Promise<IdempotencyRecord | undefined>;
+  /** Removes the record whatever its state (support tooling); true when one existed. */
+  delete(key: string): Promise<boolean>;
+  /** Optional readiness probe for health checks. */
+  ping?(): Promise<void>;
+}
+
+/** Injection token for the store, same name as the interface (as in @nestjs/throttler). */
+export const IdempotencyStore = Symbol.for('nestjs-idempotency:IdempotencyStore');

@@ -1,0 +1,144 @@
+import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from '../core/record.js';
+import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
+
+export interface MemoryIdempotencyStoreOptions {
+  /**
+   * Most records kept at once. When full, the oldest completed records are evicted
+   * first; an `in_progress` record is never evicted to make room (that would let a
+   * duplicate run while the first is still running), so a store full of running
+   * leases refuses new claims instead, which surfaces as a store error (503).
+   * @default 10000
+   */
+  maxEntries?: number;
+}
+
+/**
+ * The embedded default: a process-local store, O(1) per operation and bounded in
+ * size. It protects one process only; use the Redis or TypeORM store when several
+ * instances serve the same keys.
+ *
+ * Two insertion-ordered maps keep eviction O(1): completed records are evicted from
+ * the head of theirs, and leases live apart so they are never evicted.
+ */
+export class MemoryIdempotencyStore implements IdempotencyStore {
+  private readonly leases = new Map<string, InProgressRecord>();
+  private readonly completed = new Map<string, CompletedRecord>();
+  readonly maxEntries: number;
+
+  constructor(options: MemoryIdempotencyStoreOptions = {}) {
+    this.maxEntries = options.maxEntries ?? 10_000;
+    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) {
+      throw new RangeError(`MemoryIdempotencyStore: maxEntries must be a positive integer, got ${options.maxEntries}.`);
+    }
+  }
+
+  /** Number of records held, live or not yet swept. */
+  get size(): number {
+    return this.leases.size + this.completed.size;
+  }
+
+  async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const now = Date.now();
+    const existing = this.live(key, now);
+    if (existing) return { claimed: false, record: existing };
+    this.sweepHead(now);
+    if (this.size >= this.maxEntries && !this.evictOneCompleted()) {
+      throw new Error(
+        `MemoryIdempotencyStore is full: all ${this.maxEntries} entries are running leases. Raise maxEntries or lower leaseTtl.`,
+      );
+    }
+    const record: InProgressRecord = {
+      status: 'in_progress',
+      key,
+      leaseToken: request.token,
+      leaseExpiresAt: now + request.leaseTtl,
+      fingerprint: request.fingerprint,
+    };
+    this.leases.set(key, record);
+    return { claimed: true, record };
+  }
+
+  async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
+    const lease = this.ownedLease(key, token, Date.now());
+    if (!lease) return false;
+    this.leases.delete(key);
+    this.completed.set(key, {
+      status: 'completed',
+      key,
+      result: request.result,
+      expiresAt: Date.now() + request.ttl,
+      fingerprint: lease.fingerprint,
+    });
+    return true;
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    const lease = this.leases.get(key);
+    if (!lease || lease.leaseToken !== token) return false;
+    this.leases.delete(key);
+    return true;
+  }
+
+  async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
+    const now = Date.now();
+    const lease = this.ownedLease(key, token, now);
+    if (!lease) return false;
+    this.leases.set(key, { ...lease, leaseExpiresAt: now + leaseTtl });
+    return true;
+  }
+
+  async get(key: string): Promise<IdempotencyRecord | undefined> {
+    return this.live(key, Date.now());
+  }
+
+  async delete(key: string): Promise<boolean> {
+    const hadLease = this.leases.delete(key);
+    return this.completed.delete(key) || hadLease;
+  }
+
+  async ping(): Promise<void> {}
+
+  /** Drops every record (tests). */
+  clear(): void {
+    this.leases.clear();
+    this.completed.clear();
+  }
+
+  private ownedLease(key: string, token: string, now: number): InProgressRecord | undefined {
+    const lease = this.leases.get(key);
+    return lease && lease.leaseToken === token && lease.leaseExpiresAt > now ? lease : undefined;
+  }
+
+  private live(key: string, now: number): IdempotencyRecord | undefined {
+    const lease = this.leases.get(key);
+    if (lease) {
+      if (lease.leaseExpiresAt > now) return lease;
+      this.leases.delete(key);
+    }
+    const done = this.completed.get(key);
+    if (done) {
+      if (done.expiresAt > now) return done;
+      this.completed.delete(key);
+    }
+    return undefined;
+  }
+
+  /** Bounded work per call: drops a few expired records from the head of each map. */
+  private sweepHead(now: number): void {
+    for (const map of [this.completed, this.leases] as Map<string, IdempotencyRecord>[]) {
+      let budget = 2;
+      for (const [key, record] of map) {
+        const expiry = record.status === 'completed' ? record.expiresAt : record.leaseExpiresAt;
+        if (expiry > now || budget-- === 0) break;
+        map.delete(key);
+      }
+    }
+  }
+
+  private evictOneCompleted(): boolean {
+    const oldest = this.completed.keys().next();
+    if (oldest.done) return false;
+    this.completed.delete(oldest.value);
+    return true;
+  }
+}
