@@ -49,3 +49,34 @@ export interface IdempotencyStore {
 
 /** Injection token for the store, same name as the interface (as in @nestjs/throttler). */
 export const IdempotencyStore = Symbol.for('nestjs-idempotency:IdempotencyStore');
+
+export interface TransactionalRequest {
+  readonly key: string;
+  readonly fingerprint?: string;
+  /** Retention of the stored result, ms. */
+  readonly ttl: number;
+}
+
+export type TransactionalResult<T> =
+  /** This call ran the work; its writes and the record committed together. */
+  | { readonly kind: 'executed'; readonly value: T }
+  /** The key had already committed: `result` is the stored outcome to replay. */
+  | { readonly kind: 'replay'; readonly result: string };
+
+/**
+ * A store that can write the idempotency record in the same database transaction as
+ * the business change (see `@Idempotent({ transactional: true })`). A concurrent
+ * duplicate waits for the first transaction and then replays; a rollback (thrown
+ * error, crash) leaves no record, so the retry runs cleanly. Throws
+ * `IdempotencyFingerprintMismatchError` when the committed record has another fingerprint.
+ */
+export interface TransactionalIdempotencyStore extends IdempotencyStore {
+  runTransactional<T>(
+    request: TransactionalRequest,
+    work: () => Promise<{ value: T; result: string }>,
+  ): Promise<TransactionalResult<T>>;
+}
+
+export function isTransactionalStore(store: IdempotencyStore): store is TransactionalIdempotencyStore {
+  return typeof (store as Partial<TransactionalIdempotencyStore>).runTransactional === 'function';
+}
