@@ -1,0 +1,3 @@
+export * from './core/index.js';
+export * from './stores/memory.store.js';
+export * from './nest/index.js';

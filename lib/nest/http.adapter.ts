@@ -1,0 +1,146 @@
+import { HttpException, type ExecutionContext } from '@nestjs/common';
+import { Observable, of, throwError } from 'rxjs';
+import {
+  IdempotencyInFlightError,
+  IdempotencyNotReplayableError,
+  decodeValue,
+  encodeValue,
+  unstorableReason,
+  type IdempotencyError,
+  type OutcomeMeta,
+  type StoredOutcome,
+} from '../core/index.js';
+import { REPLAYED_HEADER } from './idempotency.constants.js';
+import { PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
+import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
+
+/** The parts of an Express response or a Fastify reply this adapter uses. */
+interface HttpResponseLike {
+  statusCode: number;
+  headersSent?: boolean;
+  sent?: boolean;
+  raw?: { headersSent?: boolean };
+  status(code: number): unknown;
+  getHeaders(): Record<string, number | string | string[] | undefined>;
+  setHeader?(name: string, value: string | string[]): unknown;
+  header?(name: string, value: string | string[]): unknown;
+}
+
+interface HttpRequestLike {
+  method?: string;
+  headers: Record<string, string | string[] | undefined>;
+  params?: unknown;
+  body?: unknown;
+  user?: { id?: unknown; sub?: unknown };
+}
+
+export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
+  'content-type',
+  'location',
+  'content-location',
+  'content-language',
+  'content-disposition',
+  'etag',
+  'last-modified',
+  'link',
+];
+
+/** Express and Fastify, told apart by the reply's shape. */
+export class HttpTransportAdapter implements TransportAdapter {
+  readonly defaultInFlight = 'reject' as const;
+
+  readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
+    const headers = context.switchToHttp().getRequest<HttpRequestLike>().headers;
+    for (const name of config.keyHeaders) {
+      const value = headers[name];
+      if (value !== undefined) return Array.isArray(value) ? value.join(', ') : value;
+    }
+    return undefined;
+  }
+
+  describeKeySource(config: ResolvedHandlerConfig): string {
+    return config.options.key ? 'the request (the key option returned nothing)' : `the ${config.options.header ?? 'Idempotency-Key'} header`;
+  }
+
+  principal(context: ExecutionContext): string | number | undefined {
+    const user = context.switchToHttp().getRequest<HttpRequestLike>().user;
+    const id = user?.id ?? user?.sub;
+    return typeof id === 'string' || typeof id === 'number' ? id : undefined;
+  }
+
+  fingerprintMaterial(context: ExecutionContext): unknown {
+    const request = context.switchToHttp().getRequest<HttpRequestLike>();
+    return { method: request.method, params: request.params ?? {}, body: request.body ?? null };
+  }
+
+  captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome {
+    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    if (response.headersSent || response.sent || response.raw?.headersSent) {
+      return { kind: 'unstorable', reason: 'the handler sent the response itself (@Res() without passthrough)' };
+    }
+    const reason = unstorableReason(value);
+    if (reason) return { kind: 'unstorable', reason };
+    return { kind: 'value', value: encodeValue(value), meta: this.meta(response, response.statusCode, config) };
+  }
+
+  captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome {
+    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    const http = asHttpException(error);
+    const status = http ? http.getStatus() : 500;
+    const body = http ? http.getResponse() : { statusCode: 500, message: 'Internal server error' };
+    return {
+      kind: 'error',
+      error: { name: http ? (error as Error).name : 'InternalServerErrorException', message: http ? (error as Error).message : 'Internal server error', props: { body } },
+      meta: this.meta(response, status, config),
+    };
+  }
+
+  replay(context: ExecutionContext, outcome: StoredOutcome): Observable<unknown> {
+    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    if (outcome.kind === 'unstorable') {
+      return throwError(() => this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason)));
+    }
+    const meta = outcome.meta ?? {};
+    for (const [name, value] of Object.entries(meta.headers ?? {})) setHeader(response, name, value);
+    setHeader(response, REPLAYED_HEADER, 'true');
+    if (outcome.kind === 'error') {
+      const body = outcome.error.props?.body as string | Record<string, unknown>;
+      return throwError(() => new HttpException(body, meta.status ?? 500));
+    }
+    if (meta.status) response.status(meta.status);
+    return of(decodeValue(outcome.value));
+  }
+
+  toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
+    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
+    if (error instanceof IdempotencyInFlightError || (error as IdempotencyInFlightError).retryAfterMs) {
+      setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil((error as IdempotencyInFlightError).retryAfterMs / 1000))));
+    }
+    return new HttpException(problemOf(error), error.status, { cause: error });
+  }
+
+  private meta(response: HttpResponseLike, status: number, config: ResolvedHandlerConfig): OutcomeMeta {
+    const all = response.getHeaders();
+    let headers: Record<string, string | string[]> | undefined;
+    for (const name of Object.keys(all)) {
+      const lower = name.toLowerCase();
+      const value = all[name];
+      if (value === undefined || !config.replayHeaders.has(lower)) continue;
+      (headers ??= {})[lower] = typeof value === 'number' ? String(value) : value;
+    }
+    return headers ? { status, headers } : { status };
+  }
+}
+
+function setHeader(response: HttpResponseLike, name: string, value: string | string[]): void {
+  if (typeof response.header === 'function' && response.raw) response.header(name, value);
+  else response.setHeader?.(name, value);
+}
+
+function asHttpException(error: unknown): HttpException | undefined {
+  const candidate = error as Partial<HttpException> | null;
+  return candidate && typeof candidate.getStatus === 'function' && typeof candidate.getResponse === 'function'
+    ? (candidate as HttpException)
+    : undefined;
+}

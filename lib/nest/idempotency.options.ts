@@ -1,0 +1,112 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { IdempotencyEventListener, IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
+
+type MaybePromise<T> = T | Promise<T>;
+
+/**
+ * Options of one idempotent handler. Set defaults for all handlers in
+ * `IdempotencyModule.forRoot()`, and override any of them per handler in `@Idempotent()`.
+ * Every duration is in milliseconds.
+ */
+export interface IdempotentOptions {
+  /**
+   * Where records live. Share one store (Redis, PostgreSQL) between every instance
+   * that serves the same routes.
+   * @default a process-local MemoryIdempotencyStore created by the module
+   */
+  store?: IdempotencyStore;
+  /** How long a completed result is kept and replayed, ms. @default 86400000 (24 h) */
+  ttl?: number;
+  /**
+   * How long a running execution owns its key before another may take it over, ms.
+   * Renewed every third of it while the handler runs, so it only bounds how long a
+   * crashed worker blocks its key.
+   * @default 30000
+   */
+  leaseTtl?: number;
+  /**
+   * Request header carrying the key. `X-Idempotency-Key` is always accepted as well.
+   * The value may be a bare token or a structured-field string (`"abc"`).
+   * @default 'Idempotency-Key'
+   */
+  header?: string;
+  /**
+   * When true, a request without a key is refused with 400; when false it runs the
+   * handler without idempotency.
+   * @default true
+   */
+  required?: boolean;
+  /**
+   * Derives the key from the request or message instead of the header: for keys that
+   * live in the body (a webhook's event id) or in message metadata. Return
+   * `undefined` when there is none.
+   * @default the `header` on HTTP; the transport's message id on microservices
+   */
+  key?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
+  /**
+   * The principal or tenant part of the scope. Keys are always scoped per handler;
+   * this adds who is asking, so one user's key never replays another's response.
+   * @default `request.user.id` or `request.user.sub` when present
+   */
+  scope?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
+  /**
+   * What must match for a key to be reused: a function returning the material to
+   * hash, or false to turn the check off. Same key + different fingerprint is 422.
+   * @default HTTP: method, route params and body; microservices: the payload
+   */
+  fingerprint?: false | ((context: ExecutionContext) => unknown);
+  /**
+   * A duplicate that arrives while the first is running: `'reject'` answers 409 with
+   * `Retry-After`; `'wait'` waits up to `waitTimeout` for the first and replays it.
+   * @default 'reject' on HTTP, 'wait' for message patterns
+   */
+  inFlight?: InFlightStrategy;
+  /** Longest wait of `inFlight: 'wait'`, ms; past it the duplicate gets 409. @default 10000 */
+  waitTimeout?: number;
+  /**
+   * Errors for which this returns true are stored and replayed like a result, instead
+   * of releasing the key (e.g. `(e) => e instanceof HttpException && e.getStatus() < 500`).
+   * @default none: every thrown error releases the key so the client may retry
+   */
+  cacheErrors?: (error: unknown) => boolean;
+  /**
+   * The store is unreachable: `'fail-closed'` answers 503; `'fail-open'` runs the
+   * handler without protection and reports a `store_error` event.
+   * @default 'fail-closed'
+   */
+  onStoreError?: StoreErrorStrategy;
+  /**
+   * Response headers stored and replayed (case-insensitive), added to the defaults
+   * `content-type`, `location`, `content-location`, `content-language`,
+   * `content-disposition`, `etag`, `last-modified`, `link`. `Set-Cookie` and
+   * `Authorization` are only replayed when listed here explicitly (see docs/security.md).
+   * @default []
+   */
+  replayHeaders?: string[];
+  /**
+   * Largest serialized response stored, bytes. A larger one is still sent to the first
+   * caller, but duplicates get 409 `IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE` (never a
+   * different or truncated body), and a `response_not_storable` event is reported.
+   * @default 1048576 (1 MiB)
+   */
+  maxResponseBytes?: number;
+  /**
+   * Run the handler and write the record in one database transaction. Needs a store
+   * with transactions (`TypeOrmIdempotencyStore`); get the transaction's EntityManager
+   * in the handler with `getIdempotentEntityManager()` from `nestjs-idempotency/typeorm`.
+   * @default false
+   */
+  transactional?: boolean;
+}
+
+/** Options of `IdempotencyModule.forRoot()`: defaults for every `@Idempotent()` handler. */
+export interface IdempotencyModuleOptions extends IdempotentOptions {
+  /** Receives every outcome (claimed, replayed, conflicts, store errors) with timings and hashed keys. */
+  onEvent?: IdempotencyEventListener;
+  /**
+   * False turns every `@Idempotent()` into a pass-through (handy in unit tests; see
+   * `IdempotencyTestingModule`).
+   * @default true
+   */
+  enabled?: boolean;
+}

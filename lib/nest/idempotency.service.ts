@@ -1,0 +1,117 @@
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import {
+  DEFAULT_LEASE_TTL,
+  DEFAULT_MAX_RESPONSE_BYTES,
+  DEFAULT_TTL,
+  DEFAULT_WAIT_TIMEOUT,
+  IdempotencyEngine,
+  fingerprintOf,
+  normalizeIdempotencyKey,
+  storageKeyOf,
+  type ExecutionPolicy,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type InFlightStrategy,
+} from '../core/index.js';
+import { MemoryIdempotencyStore } from '../stores/memory.store.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
+import type { IdempotencyModuleOptions } from './idempotency.options.js';
+
+export interface RunOptions {
+  /**
+   * Namespace of the key, so unrelated operations with equal keys stay independent.
+   * @default 'service'
+   */
+  scope?: string;
+  /** @default the module's ttl */
+  ttl?: number;
+  /** @default the module's leaseTtl */
+  leaseTtl?: number;
+  /** @default 'wait' */
+  inFlight?: InFlightStrategy;
+  /** @default the module's waitTimeout */
+  waitTimeout?: number;
+  /** Material that must match when the key is reused (hashed); omit to skip the check. */
+  fingerprint?: unknown;
+  /** @default the module's cacheErrors */
+  cacheErrors?: (error: unknown) => boolean;
+}
+
+/** Where a client key was used, for support tooling. */
+export interface RecordLocator {
+  /**
+   * The handler: `Controller.method` for `@Idempotent()` handlers (as in events), or
+   * `run:<scope>` for `run()` keys.
+   * @default 'run:service'
+   */
+  handler?: string;
+  /** The principal part of the scope (user id, tenant), when there was one. */
+  principal?: string | number;
+}
+
+/** The scope string of a handler and principal; keys of different scopes never meet. */
+export function scopeOf(handler: string, principal?: string | number | null): string {
+  return principal === undefined || principal === null ? handler : handler + '\u0000' + String(principal);
+}
+
+/**
+ * Idempotency inside services, and the shared runtime behind `@Idempotent()`:
+ * one store and one engine per application.
+ */
+@Injectable()
+export class IdempotencyService {
+  readonly store: IdempotencyStore;
+  readonly options: Readonly<IdempotencyModuleOptions>;
+  /** @internal shared with the interceptor for in-process wake-ups */
+  readonly engine = new IdempotencyEngine();
+
+  constructor(@Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) options?: IdempotencyModuleOptions) {
+    this.options = options ?? {};
+    this.store = this.options.store ?? new MemoryIdempotencyStore();
+  }
+
+  /**
+   * Runs `fn` once per key: concurrent duplicates wait for the first and get its
+   * result, later ones get the stored result, and a thrown error releases the key.
+   */
+  async run<T>(key: string, fn: () => Promise<T> | T, options: RunOptions = {}): Promise<T> {
+    const handler = 'run:' + (options.scope ?? 'service');
+    const request = {
+      key: storageKeyOf(scopeOf(handler), normalizeIdempotencyKey(key)),
+      fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),
+    };
+    const { value } = await this.engine.execute(request, this.policy(handler, options), fn);
+    return value;
+  }
+
+  /** The record a `run()` key maps to (support tooling). */
+  async inspect(key: string, locator: RecordLocator = {}): Promise<IdempotencyRecord | undefined> {
+    return this.store.get(this.locate(key, locator));
+  }
+
+  /** Deletes the record of a key so that it can run again (support tooling). True when one existed. */
+  async forget(key: string, locator: RecordLocator = {}): Promise<boolean> {
+    return this.store.delete(this.locate(key, locator));
+  }
+
+  /** @internal */
+  policy(handler: string, overrides: Partial<RunOptions> & { store?: IdempotencyStore; onStoreError?: ExecutionPolicy['onStoreError']; maxResponseBytes?: number } = {}): ExecutionPolicy {
+    const o = this.options;
+    return {
+      store: overrides.store ?? this.store,
+      ttl: overrides.ttl ?? o.ttl ?? DEFAULT_TTL,
+      leaseTtl: overrides.leaseTtl ?? o.leaseTtl ?? DEFAULT_LEASE_TTL,
+      inFlight: overrides.inFlight ?? 'wait',
+      waitTimeout: overrides.waitTimeout ?? o.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
+      cacheErrors: overrides.cacheErrors ?? o.cacheErrors,
+      onStoreError: overrides.onStoreError ?? o.onStoreError ?? 'fail-closed',
+      maxResponseBytes: overrides.maxResponseBytes ?? o.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+      onEvent: o.onEvent,
+      handler,
+    };
+  }
+
+  private locate(key: string, locator: RecordLocator): string {
+    return storageKeyOf(scopeOf(locator.handler ?? 'run:service', locator.principal), normalizeIdempotencyKey(key));
+  }
+}

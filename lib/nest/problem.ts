@@ -1,0 +1,37 @@
+import type { IdempotencyError } from '../core/index.js';
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/** An RFC 9457 problem body for one of this library's errors. */
+export interface IdempotencyProblem {
+  readonly type: string;
+  readonly title: string;
+  readonly status: number;
+  readonly detail: string;
+  /** Stable machine-readable code, e.g. `IDEMPOTENCY_KEY_MISSING`. */
+  readonly code: string;
+  /** How to fix it. */
+  readonly hint: string;
+}
+
+const TITLES: Record<string, string> = {
+  IDEMPOTENCY_KEY_MISSING: 'Idempotency key missing',
+  IDEMPOTENCY_KEY_INVALID: 'Idempotency key invalid',
+  IDEMPOTENCY_FINGERPRINT_MISMATCH: 'Idempotency key reused with a different request',
+  IDEMPOTENCY_REQUEST_IN_FLIGHT: 'Request with this idempotency key in progress',
+  IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE: 'Response not replayable',
+  IDEMPOTENCY_STORE_UNAVAILABLE: 'Idempotency store unavailable',
+  IDEMPOTENCY_CONFIGURATION_ERROR: 'Idempotency misconfigured',
+  IDEMPOTENCY_REQUEST_INVALID: 'Request cannot be processed idempotently',
+};
+
+export function problemOf(error: IdempotencyError): IdempotencyProblem {
+  return {
+    type: `urn:nestjs-idempotency:error:${error.code}`,
+    title: TITLES[error.code] ?? error.name,
+    status: error.status,
+    detail: error.message,
+    code: error.code,
+    hint: error.hint,
+  };
+}

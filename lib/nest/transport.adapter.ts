@@ -1,0 +1,55 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import type { ExecutionPolicy, IdempotencyError, InFlightStrategy, StoredOutcome } from '../core/index.js';
+import type { IdempotentOptions } from './idempotency.options.js';
+
+/** Options of one handler merged with the module defaults, computed once per handler and transport. */
+export interface ResolvedHandlerConfig {
+  /** `Controller.method`, the handler part of every key's scope. */
+  readonly handlerName: string;
+  readonly options: Readonly<IdempotentOptions> & Readonly<Record<string, unknown>>;
+  readonly policy: ExecutionPolicy;
+  readonly required: boolean;
+  /** Lower-case request headers the key is read from, in order. */
+  readonly keyHeaders: readonly string[];
+  /** Lower-case response headers stored and replayed. */
+  readonly replayHeaders: ReadonlySet<string>;
+}
+
+/** How an execution ended, for transports that acknowledge messages. */
+export type Settlement =
+  /** The handler ran and its outcome was stored (or it failed and its error was cached). */
+  | 'stored'
+  /** A stored outcome was replayed; the handler did not run. */
+  | 'replayed'
+  /** The handler threw and the key was released. */
+  | 'failed'
+  /** Refused before running: in flight, mismatch, missing key, store down. */
+  | 'rejected'
+  /** The caller went away; the key stays leased. */
+  | 'abandoned'
+  /** The store failed and the handler ran without protection (fail-open). */
+  | 'unprotected';
+
+/**
+ * What differs between HTTP and each microservice transport. The interceptor owns the
+ * protocol; an adapter only reads keys and turns outcomes into that transport's answers.
+ */
+export interface TransportAdapter {
+  readonly defaultInFlight: InFlightStrategy;
+  /** The raw client key when no `key` option is given; `undefined` when there is none. */
+  readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown;
+  /** Where the key is expected, for the "missing key" message. */
+  describeKeySource(config: ResolvedHandlerConfig): string;
+  /** The default principal (user, tenant) of the scope. */
+  principal(context: ExecutionContext): string | number | undefined;
+  /** The default fingerprint material. */
+  fingerprintMaterial(context: ExecutionContext): unknown;
+  captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome;
+  captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome;
+  replay(context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): Observable<unknown>;
+  /** The error to raise for one of this library's errors (an HttpException, an RpcException). */
+  toTransportError(context: ExecutionContext, error: IdempotencyError): unknown;
+  /** Runs after the outcome is settled (stored, replayed, released): where messages get acknowledged. */
+  settle?(context: ExecutionContext, config: ResolvedHandlerConfig, settlement: Settlement): void | Promise<void>;
+}
