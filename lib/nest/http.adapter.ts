@@ -1,3 +1,4 @@
+import * as nestCommon from '@nestjs/common';
 import { HttpException, type ExecutionContext } from '@nestjs/common';
 import { Observable, of, throwError } from 'rxjs';
 import {
@@ -44,6 +45,13 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'last-modified',
   'link',
 ];
+
+/**
+ * NestJS 11's Express adapter rewrites any error Content-Type not starting with
+ * `application/json` (and logs a warning each time), so there the problem body goes out
+ * as `application/json`. NestJS 12 (which added Standard Schema support) keeps `+json`.
+ */
+const EXPRESS_KEEPS_PROBLEM_JSON = 'StandardSchemaValidationPipe' in nestCommon;
 
 /** Express and Fastify, told apart by the reply's shape. */
 export class HttpTransportAdapter implements TransportAdapter {
@@ -113,7 +121,7 @@ export class HttpTransportAdapter implements TransportAdapter {
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
     const response = context.switchToHttp().getResponse<HttpResponseLike>();
-    setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
+    if (EXPRESS_KEEPS_PROBLEM_JSON || isFastifyReply(response)) setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
     if (error instanceof IdempotencyInFlightError || (error as IdempotencyInFlightError).retryAfterMs) {
       setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil((error as IdempotencyInFlightError).retryAfterMs / 1000))));
     }
@@ -133,8 +141,12 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 }
 
+function isFastifyReply(response: HttpResponseLike): boolean {
+  return typeof response.header === 'function' && response.raw !== undefined;
+}
+
 function setHeader(response: HttpResponseLike, name: string, value: string | string[]): void {
-  if (typeof response.header === 'function' && response.raw) response.header(name, value);
+  if (isFastifyReply(response)) response.header!(name, value);
   else response.setHeader?.(name, value);
 }
 

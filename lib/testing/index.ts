@@ -1,1 +1,2 @@
 export * from './store-contract.js';
+export * from './idempotency-testing.module.js';

@@ -1,0 +1,54 @@
+import { canonicalJson, fingerprintOf, normalizeIdempotencyKey, storageKeyOf } from '../../lib/index.js';
+
+describe('canonicalJson', () => {
+  it('sorts keys at every depth and keeps array order', () => {
+    expect(canonicalJson({ b: 1, a: { d: [3, 1], c: null } })).toBe('{"a":{"c":null,"d":[3,1]},"b":1}');
+    expect(fingerprintOf({ x: 1, y: 2 })).toBe(fingerprintOf({ y: 2, x: 1 }));
+    expect(fingerprintOf({ x: 1 })).not.toBe(fingerprintOf({ x: 2 }));
+  });
+
+  it('encodes buffers, dates, bigints and drops undefined members', () => {
+    expect(canonicalJson({ b: Buffer.from('hi'), d: new Date(0), n: 10n, u: undefined })).toBe(
+      '{"b":"b64:aGk=","d":"1970-01-01T00:00:00.000Z","n":"10"}',
+    );
+  });
+
+  it('refuses hostile nesting and cycles with a client error instead of overflowing', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 10_000; i++) deep = [deep];
+    expect(() => canonicalJson(deep)).toThrow(expect.objectContaining({ status: 400, code: 'IDEMPOTENCY_REQUEST_INVALID' }));
+    const cycle: Record<string, unknown> = {};
+    cycle.self = cycle;
+    expect(() => canonicalJson(cycle)).toThrow(/circular/);
+  });
+});
+
+describe('normalizeIdempotencyKey', () => {
+  it('accepts bare and structured-field string keys as the same key', () => {
+    expect(normalizeIdempotencyKey('abc-123')).toBe('abc-123');
+    expect(normalizeIdempotencyKey('"abc-123"')).toBe('abc-123');
+    expect(normalizeIdempotencyKey('"a\\"b"')).toBe('a"b');
+    expect(normalizeIdempotencyKey(42)).toBe('42');
+  });
+
+  it.each([[''], ['   '], ['x'.repeat(256)], ['a\nb'], ['a\u0000'], ['a\u007f'], ['"unterminated\\"'], [{}], [null]])(
+    'rejects %j',
+    (raw) => {
+      expect(() => normalizeIdempotencyKey(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
+    },
+  );
+
+  it('accepts 255 characters and Unicode', () => {
+    expect(normalizeIdempotencyKey('é'.repeat(255))).toHaveLength(255);
+  });
+});
+
+describe('storageKeyOf', () => {
+  it('hashes scope and key into a store-safe key, disjoint across scopes', () => {
+    const k = storageKeyOf('A.b', 'k{tag}*?[x]\r\n');
+    expect(k).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(storageKeyOf('A.b', 'k')).not.toBe(storageKeyOf('A.c', 'k'));
+    // The separator keeps ("ab", "c") and ("a", "bc") apart.
+    expect(storageKeyOf('ab', 'c')).not.toBe(storageKeyOf('a', 'bc'));
+  });
+});

@@ -1,0 +1,192 @@
+import { Controller, Injectable, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Test } from '@nestjs/testing';
+import request from 'supertest';
+import { Observable } from 'rxjs';
+import {
+  Idempotent,
+  IdempotencyInterceptor,
+  IdempotencyModule,
+  IdempotencyService,
+  IdempotencyStore,
+  MemoryIdempotencyStore,
+  scopeOf,
+  storageKeyOf,
+  type IdempotencyEvent,
+} from '../../lib/index.js';
+import { IdempotencyTestingModule } from '../../lib/testing/index.js';
+
+@Injectable()
+class StoreConfig {
+  readonly store = new MemoryIdempotencyStore({ maxEntries: 50 });
+}
+@Module({ providers: [StoreConfig], exports: [StoreConfig] })
+class ConfigModule {}
+
+let runs = 0;
+@Controller()
+class CounterController {
+  @Post('count')
+  @Idempotent()
+  count() {
+    return { runs: ++runs };
+  }
+}
+
+describe('IdempotencyModule', () => {
+  afterEach(() => (runs = 0));
+
+  it('forRootAsync builds its options from injected providers', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        IdempotencyModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [StoreConfig],
+          useFactory: (config: StoreConfig) => ({ store: config.store, ttl: 1234 }),
+        }),
+      ],
+      controllers: [CounterController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      const service = app.get(IdempotencyService);
+      expect(service.store).toBe(app.get(StoreConfig).store);
+      expect(app.get(IdempotencyStore)).toBe(service.store);
+      await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
+      const replay = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
+      expect(replay.body).toEqual({ runs: 1 });
+      const record = await service.inspect('a', { handler: 'CounterController.count' });
+      expect(record).toMatchObject({ status: 'completed' });
+      expect(record!.status === 'completed' && record!.expiresAt - Date.now()).toBeLessThanOrEqual(1234);
+      expect(await service.forget('a', { handler: 'CounterController.count' })).toBe(true);
+      const again = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
+      expect(again.body).toEqual({ runs: 2 });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('isGlobal makes @Idempotent work in feature modules that do not import it', async () => {
+    @Module({ controllers: [CounterController] })
+    class FeatureModule {}
+    @Module({ imports: [IdempotencyModule.forRoot({ isGlobal: true }), FeatureModule] })
+    class AppModule {}
+    const app = await NestFactory.create(AppModule, { logger: false });
+    await app.init();
+    try {
+      await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'g').expect(201);
+      const replay = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'g');
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('explains how to fix a missing IdempotencyModule', async () => {
+    @Module({ controllers: [CounterController] })
+    class AppModule {}
+    const app = await NestFactory.create(AppModule, { logger: false });
+    await app.init();
+    try {
+      const r = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'x');
+      expect(r.status).toBe(500);
+      expect(runs).toBe(0);
+    } finally {
+      await app.close();
+    }
+    const interceptor = new IdempotencyInterceptor(new (require('@nestjs/core').Reflector)());
+    const context: any = {
+      getHandler: () => CounterController.prototype.count,
+      getClass: () => CounterController,
+      getType: () => 'http',
+    };
+    expect(() => interceptor.intercept(context, { handle: () => new Observable() })).toThrow(
+      /IdempotencyModule\.forRoot\(\{ isGlobal: true \}\)/,
+    );
+  });
+
+  it('IdempotencyTestingModule turns @Idempotent into a pass-through for unit tests', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyTestingModule.forRoot()],
+      controllers: [CounterController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      await request(app.getHttpServer()).post('/count').expect(201);
+      const second = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'same');
+      const third = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'same');
+      expect(third.body).toEqual({ runs: 3 });
+      expect(second.headers['idempotent-replayed']).toBeUndefined();
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('rejects a nonsensical option with a hint', async () => {
+    @Controller()
+    class BadController {
+      @Post('bad')
+      @Idempotent({ ttl: -5 })
+      bad() {
+        return 1;
+      }
+    }
+    const events: IdempotencyEvent[] = [];
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ onEvent: (e) => events.push(e) })],
+      controllers: [BadController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      const interceptor = app.get(IdempotencyInterceptor);
+      const context: any = { getHandler: () => BadController.prototype.bad, getClass: () => BadController, getType: () => 'http' };
+      expect(() => interceptor.intercept(context, { handle: () => new Observable() })).toThrow(/ttl must be a positive number/);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('cancellation', () => {
+  it('does not release the key when the handler observable is unsubscribed before it finishes', async () => {
+    const store = new MemoryIdempotencyStore();
+    const events: IdempotencyEvent[] = [];
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ store, onEvent: (e) => events.push(e) })],
+      controllers: [CounterController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      const interceptor = app.get(IdempotencyInterceptor);
+      const req = { method: 'POST', headers: { 'idempotency-key': 'cancel-me' }, params: {}, body: {} };
+      const res = { statusCode: 201, getHeaders: () => ({}), setHeader() {}, status() {} };
+      const context: any = {
+        getHandler: () => CounterController.prototype.count,
+        getClass: () => CounterController,
+        getType: () => 'http',
+        switchToHttp: () => ({ getRequest: () => req, getResponse: () => res }),
+      };
+      let handlerTornDown = false;
+      const never = new Observable(() => () => (handlerTornDown = true));
+      const subscription = interceptor.intercept(context, { handle: () => never }).subscribe();
+      await new Promise((r) => setTimeout(r, 50));
+      subscription.unsubscribe();
+      expect(handlerTornDown).toBe(true);
+      expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);
+      const key = storageKeyOf(scopeOf('CounterController.count'), 'cancel-me');
+      expect(await store.get(key)).toMatchObject({ status: 'in_progress' });
+      // A retry while the lease lasts is refused, not run.
+      const retryCtx = { ...context };
+      const retry = await new Promise<unknown>((resolve) =>
+        interceptor.intercept(retryCtx, { handle: () => never }).subscribe({ error: resolve, next: resolve }),
+      );
+      expect((retry as { getStatus(): number }).getStatus()).toBe(409);
+    } finally {
+      await app.close();
+    }
+  });
+});
