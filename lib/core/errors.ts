@@ -11,6 +11,13 @@ export const IdempotencyErrorCode = {
   StoreUnavailable: 'IDEMPOTENCY_STORE_UNAVAILABLE',
   Configuration: 'IDEMPOTENCY_CONFIGURATION_ERROR',
   RequestInvalid: 'IDEMPOTENCY_REQUEST_INVALID',
+  TokenMissing: 'IDEMPOTENCY_TOKEN_MISSING',
+  TokenUsed: 'IDEMPOTENCY_TOKEN_USED',
+  TokenInvalid: 'IDEMPOTENCY_TOKEN_INVALID',
+  LockNotAcquired: 'IDEMPOTENCY_LOCK_NOT_ACQUIRED',
+  LockLost: 'IDEMPOTENCY_LOCK_LOST',
+  OptimisticLock: 'IDEMPOTENCY_OPTIMISTIC_LOCK',
+  IllegalTransition: 'IDEMPOTENCY_ILLEGAL_TRANSITION',
 } as const;
 export type IdempotencyErrorCode = (typeof IdempotencyErrorCode)[keyof typeof IdempotencyErrorCode];
 

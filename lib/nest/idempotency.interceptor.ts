@@ -7,10 +7,11 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { Observable, defer, from, switchMap, catchError, throwError } from 'rxjs';
+import { Observable, defer, from, switchMap, catchError, throwError, concatWith, ignoreElements, type Subscription } from 'rxjs';
 import {
   IdempotencyConfigurationError,
   IdempotencyKeyMissingError,
+  IdempotencyStoreUnavailableError,
   fingerprintOf,
   isIdempotencyError,
   isTransactionalStore,
@@ -63,20 +64,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!adapter) return next.handle();
     const config = this.configFor(context, options, service, adapter);
 
-    return defer(() => this.prepare(context, config, adapter)).pipe(
-      switchMap((request) => {
-        if (!request) return next.handle();
-        return config.options.transactional
-          ? this.runTransactional(context, config, adapter, request, next)
-          : this.runGuarded(context, config, adapter, request, next, service);
-      }),
-      catchError((error: unknown) => {
-        if (!isIdempotencyError(error)) return throwError(() => error);
-        return from(Promise.resolve(adapter.settle?.(context, config, 'rejected'))).pipe(
-          switchMap(() => throwError(() => adapter.toTransportError(context, error))),
+    // One hand-written Observable for the whole protocol rather than a chain of rxjs
+    // operators: this runs on every request, and each operator layer adds subscribers,
+    // closures and promise hops that showed up in profiles (see docs/performance.md).
+    return new Observable<unknown>((subscriber) => {
+      let closed = false;
+      let inner: Subscription | undefined;
+      const fail = (error: unknown): void => {
+        if (closed) return;
+        if (!isIdempotencyError(error)) return subscriber.error(error);
+        Promise.resolve(adapter.settle?.(context, config, 'rejected', error)).then(
+          () => subscriber.error(adapter.toTransportError(context, error)),
+          (settleError: unknown) => subscriber.error(settleError),
         );
-      }),
-    );
+      };
+      this.start(context, config, adapter, next, service).then((source) => {
+        if (closed) return;
+        inner = source.subscribe({ next: (value) => subscriber.next(value), error: fail, complete: () => subscriber.complete() });
+      }, fail);
+      return () => {
+        closed = true;
+        inner?.unsubscribe();
+      };
+    });
   }
 
   /** The client key of this request, before validation. Override to read keys your own way. */
@@ -99,7 +109,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const raw = await this.resolveKey(context, config, adapter);
     if (raw === undefined || raw === null || raw === '') {
       if (!config.required) return undefined;
-      throw new IdempotencyKeyMissingError(adapter.describeKeySource(config));
+      throw new IdempotencyKeyMissingError(adapter.describeKeySource(config, context));
     }
     const clientKey = normalizeIdempotencyKey(raw);
     const principal = await this.resolvePrincipal(context, config, adapter);
@@ -108,26 +118,33 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return { key, fingerprint: fingerprintOf(await this.fingerprintMaterial(context, config, adapter)) };
   }
 
-  private runGuarded(
+  /** Resolves the key and admits the request: returns what answers it (the handler, a replay, ...). */
+  private async start(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-    request: ExecutionRequest,
     next: CallHandler,
     service: IdempotencyService,
-  ): Observable<unknown> {
-    return from(service.engine.admit(request, config.policy)).pipe(
-      switchMap((admission) => {
-        switch (admission.kind) {
-          case 'replay':
-            return this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, admission.outcome, config));
-          case 'unprotected':
-            return this.afterSettle(context, config, adapter, 'unprotected', next.handle());
-          default:
-            return this.execute(context, config, adapter, admission.lease, next);
-        }
-      }),
-    );
+  ): Promise<Observable<unknown>> {
+    let request: ExecutionRequest | undefined;
+    try {
+      request = await this.prepare(context, config, adapter);
+    } catch (error) {
+      // A throwing key, scope or fingerprint function still settles the message.
+      if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
+      throw error;
+    }
+    if (!request) return this.settleAfter(context, config, adapter, next.handle());
+    if (config.options.transactional) return this.runTransactional(context, config, adapter, request, next);
+    const admission = await service.engine.admit(request, config.policy);
+    switch (admission.kind) {
+      case 'replay':
+        return this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, admission.outcome, config));
+      case 'unprotected':
+        return this.settleAfter(context, config, adapter, next.handle());
+      default:
+        return this.execute(context, config, adapter, admission.lease, next);
+    }
   }
 
   /**
@@ -150,7 +167,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           const cached = config.policy.cacheErrors?.(error) ?? false;
           lease
             .fail(error, adapter.captureError(context, error, config))
-            .then(() => adapter.settle?.(context, config, cached ? 'stored' : 'failed'))
+            .then(() => adapter.settle?.(context, config, cached ? 'stored' : 'failed', error))
             .then(
               () => subscriber.error(error),
               () => subscriber.error(error),
@@ -195,10 +212,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
           ),
       );
     }
+    let handlerError: { error: unknown } | undefined;
     return defer(() =>
       store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
         // The handler runs inside the transaction's async context, so it can reach the EntityManager.
-        const value = await lastValue(next.handle());
+        let value: unknown;
+        try {
+          value = await lastValue(next.handle());
+        } catch (error) {
+          handlerError = { error };
+          throw error;
+        }
         return { value, result: serializeOutcome(adapter.captureValue(context, value, config)) };
       }),
     ).pipe(
@@ -207,11 +231,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
           ? this.afterSettle(context, config, adapter, 'stored', from([outcome.value]))
           : this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, deserializeOutcome(outcome.result), config)),
       ),
-      catchError((error: unknown) =>
-        isIdempotencyError(error)
-          ? throwError(() => error)
-          : from(Promise.resolve(adapter.settle?.(context, config, 'failed'))).pipe(switchMap(() => throwError(() => error))),
-      ),
+      catchError((error: unknown) => {
+        if (isIdempotencyError(error)) return throwError(() => error);
+        // Not the handler's error: the transaction itself failed (connection lost, record
+        // statement or commit refused), so nothing committed and the client may retry (503).
+        if (handlerError?.error !== error) return throwError(() => new IdempotencyStoreUnavailableError(error));
+        return from(Promise.resolve(adapter.settle?.(context, config, 'failed', error))).pipe(switchMap(() => throwError(() => error)));
+      }),
     );
   }
 
@@ -224,6 +250,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
   ): Observable<unknown> {
     if (!adapter.settle) return source;
     return from(Promise.resolve(adapter.settle(context, config, settlement))).pipe(switchMap(() => source));
+  }
+
+  /**
+   * Settles a handler that ran without a lease (no key under `required: false`, or a
+   * store failure under fail-open) once it has ended, so a message is acknowledged
+   * after its work and never before it.
+   */
+  private settleAfter(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter, source: Observable<unknown>): Observable<unknown> {
+    if (!adapter.settle) return source;
+    return source.pipe(
+      catchError((error: unknown) =>
+        from(Promise.resolve(adapter.settle?.(context, config, 'failed', error))).pipe(switchMap(() => throwError(() => error))),
+      ),
+      concatWith(defer(() => from(Promise.resolve(adapter.settle?.(context, config, 'unprotected')))).pipe(ignoreElements())),
+    );
   }
 
   private requireService(context: ExecutionContext): IdempotencyService {

@@ -97,12 +97,28 @@ export interface IdempotentOptions {
    * @default false
    */
   transactional?: boolean;
+  /**
+   * RabbitMQ with manual acknowledgement (`noAck: false`): the library acknowledges
+   * each message itself, only once its result is stored. A known duplicate is acked
+   * at once, a running duplicate once the first completes, a failure is nacked with
+   * requeue so the broker redelivers it, and a message that can never succeed (no
+   * key, an invalid key, a key reused with another payload) is rejected without
+   * requeue (dead-lettered when the queue has a dead-letter exchange). Do not ack in
+   * the handler as well. Ignored on transports without acknowledgements. See docs/messages.md.
+   * @default false
+   */
+  ack?: boolean;
 }
 
 /** Options of `IdempotencyModule.forRoot()`: defaults for every `@Idempotent()` handler. */
 export interface IdempotencyModuleOptions extends IdempotentOptions {
-  /** Receives every outcome (claimed, replayed, conflicts, store errors) with timings and hashed keys. */
-  onEvent?: IdempotencyEventListener;
+  /**
+   * Receives every outcome (claimed, replayed, conflicts, store errors) with timings and
+   * hashed keys. A list feeds several listeners (each isolated from the others' errors):
+   * e.g. `[createIdempotencyLogger(), createPrometheusListener()]`. See docs/observability.md.
+   * @default none
+   */
+  onEvent?: IdempotencyEventListener | readonly IdempotencyEventListener[];
   /**
    * False turns every `@Idempotent()` into a pass-through (handy in unit tests; see
    * `IdempotencyTestingModule`).

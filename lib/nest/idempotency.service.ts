@@ -9,10 +9,12 @@ import {
   normalizeIdempotencyKey,
   storageKeyOf,
   type ExecutionPolicy,
+  type IdempotencyEventListener,
   type IdempotencyRecord,
   type IdempotencyStore,
   type InFlightStrategy,
 } from '../core/index.js';
+import { combineListeners } from '../observability/combine-listeners.js';
 import { MemoryIdempotencyStore } from '../stores/memory.store.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
@@ -65,9 +67,14 @@ export class IdempotencyService {
   /** @internal shared with the interceptor for in-process wake-ups */
   readonly engine = new IdempotencyEngine();
 
+  /** `options.onEvent`, a list of listeners combined into one. */
+  private readonly onEvent: IdempotencyEventListener | undefined;
+
   constructor(@Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) options?: IdempotencyModuleOptions) {
     this.options = options ?? {};
     this.store = this.options.store ?? new MemoryIdempotencyStore();
+    const onEvent = this.options.onEvent;
+    this.onEvent = isListenerList(onEvent) ? combineListeners(...onEvent) : onEvent;
   }
 
   /**
@@ -106,7 +113,7 @@ export class IdempotencyService {
       cacheErrors: overrides.cacheErrors ?? o.cacheErrors,
       onStoreError: overrides.onStoreError ?? o.onStoreError ?? 'fail-closed',
       maxResponseBytes: overrides.maxResponseBytes ?? o.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-      onEvent: o.onEvent,
+      onEvent: this.onEvent,
       handler,
     };
   }
@@ -114,4 +121,10 @@ export class IdempotencyService {
   private locate(key: string, locator: RecordLocator): string {
     return storageKeyOf(scopeOf(locator.handler ?? 'run:service', locator.principal), normalizeIdempotencyKey(key));
   }
+}
+
+function isListenerList(
+  onEvent: IdempotencyEventListener | readonly IdempotencyEventListener[] | undefined,
+): onEvent is readonly IdempotencyEventListener[] {
+  return Array.isArray(onEvent);
 }

@@ -23,6 +23,13 @@ const TITLES: Record<string, string> = {
   IDEMPOTENCY_STORE_UNAVAILABLE: 'Idempotency store unavailable',
   IDEMPOTENCY_CONFIGURATION_ERROR: 'Idempotency misconfigured',
   IDEMPOTENCY_REQUEST_INVALID: 'Request cannot be processed idempotently',
+  IDEMPOTENCY_TOKEN_MISSING: 'One-time token missing',
+  IDEMPOTENCY_TOKEN_USED: 'One-time token already used',
+  IDEMPOTENCY_TOKEN_INVALID: 'One-time token invalid',
+  IDEMPOTENCY_LOCK_NOT_ACQUIRED: 'Lock not acquired',
+  IDEMPOTENCY_LOCK_LOST: 'Lock lost',
+  IDEMPOTENCY_OPTIMISTIC_LOCK: 'Concurrent update',
+  IDEMPOTENCY_ILLEGAL_TRANSITION: 'Illegal state transition',
 };
 
 export function problemOf(error: IdempotencyError): IdempotencyProblem {

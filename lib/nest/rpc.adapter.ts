@@ -1,27 +1,50 @@
-import type { ExecutionContext } from '@nestjs/common';
-import { Observable, of, throwError } from 'rxjs';
+import { Logger, type ExecutionContext } from '@nestjs/common';
+import { EMPTY, Observable, defer, of } from 'rxjs';
 import {
+  IdempotencyNotReplayableError,
+  decodeError,
   decodeValue,
   encodeError,
   encodeValue,
   unstorableReason,
-  IdempotencyNotReplayableError,
-  decodeError,
   type IdempotencyError,
   type StoredOutcome,
 } from '../core/index.js';
-import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
+import type { ResolvedHandlerConfig, Settlement, TransportAdapter } from './transport.adapter.js';
+import { describeMessageKeySource, isEventHandler, messageKeyOf, rmqDeliveryOf } from './rpc/message-context.js';
+import { ackDecisionOf, settleDelivery } from './rpc/rmq-acknowledgement.js';
+import {
+  encodeRpcException,
+  isEncodedRpcException,
+  isRpcExceptionLike,
+  loadRpcException,
+  rpcErrorBodyOf,
+  rpcExceptionOf,
+} from './rpc/rpc-error.js';
 
-/** Microservice handlers (@MessagePattern / @EventPattern). */
+export { isIdempotencyRpcError, type IdempotencyRpcError } from './rpc/rpc-error.js';
+
+const logger = new Logger('IdempotencyInterceptor');
+
+/**
+ * Microservice handlers (`@MessagePattern` / `@EventPattern`) on every Nest transport.
+ *
+ * - Key: the `key` option, else the transport's own message id (RabbitMQ
+ *   `properties.messageId`, NATS `Idempotency-Key` / `Nats-Msg-Id` header, Kafka
+ *   `idempotency-key` header, MQTT 5 user property); TCP, Redis and gRPC need the `key` option.
+ * - A duplicate request gets the stored result; a duplicate event is skipped.
+ * - Refusals reach the client as an `RpcException` carrying `{ status, code, message, hint }`.
+ * - With `ack: true` on RabbitMQ, each delivery is acked only once its outcome is settled.
+ */
 export class RpcTransportAdapter implements TransportAdapter {
   readonly defaultInFlight = 'wait' as const;
 
-  readKey(_context: ExecutionContext, _config: ResolvedHandlerConfig): unknown {
-    return undefined;
+  readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
+    return messageKeyOf(context, config.keyHeaders);
   }
 
-  describeKeySource(): string {
-    return 'the message (set the key option of @Idempotent())';
+  describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string {
+    return describeMessageKeySource(context, config.options.header ?? 'Idempotency-Key', Boolean(config.options.key));
   }
 
   principal(): undefined {
@@ -38,16 +61,47 @@ export class RpcTransportAdapter implements TransportAdapter {
   }
 
   captureError(_context: ExecutionContext, error: unknown): StoredOutcome {
-    return { kind: 'error', error: encodeError(error) };
+    return { kind: 'error', error: isRpcExceptionLike(error) ? encodeRpcException(error) : encodeError(error) };
   }
 
-  replay(_context: ExecutionContext, outcome: StoredOutcome): Observable<unknown> {
+  replay(context: ExecutionContext, outcome: StoredOutcome): Observable<unknown> {
+    // Nobody waits for an event's result: a duplicate event is simply skipped.
+    if (isEventHandler(context)) return EMPTY;
     if (outcome.kind === 'value') return of(decodeValue(outcome.value));
-    if (outcome.kind === 'error') return throwError(() => decodeError(outcome.error));
-    return throwError(() => new IdempotencyNotReplayableError(outcome.reason));
+    return defer(async () => {
+      await loadRpcException();
+      if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
+      // A cached RpcException goes back to the client exactly as the first time; any
+      // other cached error becomes "Internal server error" again in Nest's RPC filter.
+      throw isEncodedRpcException(outcome.error)
+        ? rpcExceptionOf(outcome.error.props!.rpcError as string | object)
+        : decodeError(outcome.error);
+    });
   }
 
-  toTransportError(_context: ExecutionContext, error: IdempotencyError): unknown {
-    return error;
+  toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
+    if (isEventHandler(context)) {
+      // Nest's RPC filter forwards an RpcException without logging it, and an event has no
+      // client to receive it: say here why the event was not processed.
+      logger.warn(
+        `${context.getClass().name}.${context.getHandler().name} refused an event: ${error.code}: ${error.message} ${error.hint}`,
+      );
+    }
+    return rpcExceptionOf(rpcErrorBodyOf(error));
+  }
+
+  async settle(context: ExecutionContext, config: ResolvedHandlerConfig, settlement: Settlement, error?: unknown): Promise<void> {
+    // toTransportError runs right after a 'rejected' settlement and needs RpcException loaded.
+    if (settlement === 'rejected') await loadRpcException();
+    if (config.options.ack !== true) return;
+    const delivery = rmqDeliveryOf(context);
+    if (!delivery) return;
+    const decision = ackDecisionOf(settlement, error);
+    if (settleDelivery(delivery.channel, delivery.message, decision) && decision === 'reject') {
+      logger.warn(
+        `${config.handlerName} rejected RabbitMQ delivery ${String(delivery.message.fields?.deliveryTag)} without requeue ` +
+          `(it can never succeed: ${(error as Error | undefined)?.message ?? 'refused'}). Give the queue a dead-letter exchange to keep such messages.`,
+      );
+    }
   }
 }

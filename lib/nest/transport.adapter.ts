@@ -28,7 +28,10 @@ export type Settlement =
   | 'rejected'
   /** The caller went away; the key stays leased. */
   | 'abandoned'
-  /** The store failed and the handler ran without protection (fail-open). */
+  /**
+   * The handler ran without protection and has ended: the store failed under
+   * fail-open, or there was no key and the handler does not require one.
+   */
   | 'unprotected';
 
 /**
@@ -40,7 +43,7 @@ export interface TransportAdapter {
   /** The raw client key when no `key` option is given; `undefined` when there is none. */
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown;
   /** Where the key is expected, for the "missing key" message. */
-  describeKeySource(config: ResolvedHandlerConfig): string;
+  describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string;
   /** The default principal (user, tenant) of the scope. */
   principal(context: ExecutionContext): string | number | undefined;
   /** The default fingerprint material. */
@@ -50,6 +53,9 @@ export interface TransportAdapter {
   replay(context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): Observable<unknown>;
   /** The error to raise for one of this library's errors (an HttpException, an RpcException). */
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown;
-  /** Runs after the outcome is settled (stored, replayed, released): where messages get acknowledged. */
-  settle?(context: ExecutionContext, config: ResolvedHandlerConfig, settlement: Settlement): void | Promise<void>;
+  /**
+   * Runs after the outcome is settled (stored, replayed, released): where messages get
+   * acknowledged. `error` is what was thrown, for `'failed'` and `'rejected'`.
+   */
+  settle?(context: ExecutionContext, config: ResolvedHandlerConfig, settlement: Settlement, error?: unknown): void | Promise<void>;
 }

@@ -45,14 +45,14 @@ class UserFromHeaderGuard implements CanActivate {
   }
 }
 
-export function buildController(effects: Effects, hooks: { slowMs: number; failNext: { value: boolean } }) {
+export function buildController(effects: Effects, hooks: Hooks) {
   @Controller()
   class PaymentsController {
     @Post('charges')
     @Idempotent()
     async charge(@Body() body: { amount: number }) {
       const n = effects.hit('charge');
-      await sleep(hooks.slowMs);
+      await (hooks.gate ?? sleep(hooks.slowMs));
       return { id: `ch_${n}`, amount: body.amount };
     }
 
@@ -184,12 +184,19 @@ export function buildController(effects: Effects, hooks: { slowMs: number; failN
 
 export type Platform = 'express' | 'fastify';
 
+export interface Hooks {
+  slowMs: number;
+  failNext: { value: boolean };
+  /** When set, /charges waits for it instead of sleeping: lets a test hold the first request open. */
+  gate?: Promise<void>;
+}
+
 export async function createHttpApp(
   platform: Platform,
   options: { module?: IdempotencyModuleOptions; extraProviders?: any[]; slowMs?: number } = {},
-): Promise<{ app: INestApplication; effects: Effects; hooks: { slowMs: number; failNext: { value: boolean } } }> {
+): Promise<{ app: INestApplication; effects: Effects; hooks: Hooks }> {
   const effects = new Effects();
-  const hooks = { slowMs: options.slowMs ?? 100, failNext: { value: true } };
+  const hooks: Hooks = { slowMs: options.slowMs ?? 100, failNext: { value: true } };
   const idempotency: DynamicModule = IdempotencyModule.forRoot({ ...options.module });
   @Module({
     imports: [idempotency],

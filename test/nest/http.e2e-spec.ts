@@ -9,7 +9,7 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '../../lib/index.js';
-import { createHttpApp, sleep, type Effects, type Platform } from './http-app.js';
+import { createHttpApp, sleep, type Effects, type Hooks, type Platform } from './http-app.js';
 
 // NestJS 11's Express adapter forces error bodies to application/json (see http.adapter.ts).
 const nestMajor = Number(require('@nestjs/core/package.json').version.split('.')[0]);
@@ -21,7 +21,7 @@ const newKey = () => `key-${process.pid}-${Date.now()}-${++keySeq}`;
 describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (platform) => {
   let app: INestApplication;
   let effects: Effects;
-  let hooks: { slowMs: number; failNext: { value: boolean } };
+  let hooks: Hooks;
   let store: MemoryIdempotencyStore;
   const events: IdempotencyEvent[] = [];
   const server = () => app.getHttpServer();
@@ -37,9 +37,24 @@ describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (p
   it('runs the handler once for 50 concurrent requests with one key (reject mode)', async () => {
     const key = newKey();
     const before = effects.count('charge');
+    // The first request is held open until the 49 others have been answered, so the
+    // outcome does not depend on how fast a loaded machine delivers them.
+    let open!: () => void;
+    hooks.gate = new Promise<void>((resolve) => (open = resolve));
+    let answered = 0;
     const responses = await Promise.all(
-      Array.from({ length: 50 }, () => request(server()).post('/charges').set('Idempotency-Key', key).send({ amount: 5 })),
+      Array.from({ length: 50 }, () =>
+        request(server())
+          .post('/charges')
+          .set('Idempotency-Key', key)
+          .send({ amount: 5 })
+          .then((r) => {
+            if (++answered === 49) open();
+            return r;
+          }),
+      ),
     );
+    hooks.gate = undefined;
     expect(effects.count('charge') - before).toBe(1);
     const ok = responses.filter((r) => r.status === 201);
     const conflicts = responses.filter((r) => r.status === 409);

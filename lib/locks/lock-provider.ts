@@ -1,0 +1,71 @@
+/** A lock held under a random token; only that token can extend or release it. */
+export interface LockHandle {
+  readonly resource: string;
+  readonly token: string;
+  /**
+   * Epoch ms (this process's clock) when the lock lapses unless extended. Measured from
+   * before the acquire call, so it never overstates how long the lock is held.
+   */
+  readonly expiresAt: number;
+  /** Extends the lock to `ttl` ms from now; false when it was lost (expired, taken over). */
+  extend(ttl?: number): Promise<boolean>;
+  /** Releases the lock if this handle still holds it; never removes another holder's lock. */
+  release(): Promise<boolean>;
+}
+
+export interface AcquireLockOptions {
+  /** How long the lock lasts unless extended, ms. */
+  ttl: number;
+}
+
+/**
+ * A mutual-exclusion primitive with expiry. `acquire` makes one attempt and resolves
+ * `undefined` when another holder has the lock; waiting, renewal and release belong to
+ * `withLock()`.
+ */
+export interface LockProvider {
+  acquire(resource: string, options: AcquireLockOptions): Promise<LockHandle | undefined>;
+}
+
+/** The operations a provider implements for `TokenLockHandle`: compare-and-set on the token. */
+export interface TokenLockOperations {
+  extend(resource: string, token: string, ttl: number): Promise<boolean>;
+  release(resource: string, token: string): Promise<boolean>;
+}
+
+/** A `LockHandle` over a provider's token compare-and-set operations. */
+export class TokenLockHandle implements LockHandle {
+  private expiry: number;
+
+  constructor(
+    readonly resource: string,
+    readonly token: string,
+    expiresAt: number,
+    private readonly ttl: number,
+    private readonly operations: TokenLockOperations,
+  ) {
+    this.expiry = expiresAt;
+  }
+
+  get expiresAt(): number {
+    return this.expiry;
+  }
+
+  async extend(ttl: number = this.ttl): Promise<boolean> {
+    const startedAt = Date.now();
+    const extended = await this.operations.extend(this.resource, this.token, ttl);
+    if (extended) this.expiry = startedAt + ttl;
+    return extended;
+  }
+
+  release(): Promise<boolean> {
+    return this.operations.release(this.resource, this.token);
+  }
+}
+
+export function checkLockArguments(resource: string, ttl: number, owner: string): void {
+  if (typeof resource !== 'string' || resource.length === 0) {
+    throw new TypeError(`${owner}: resource must be a non-empty string, got ${JSON.stringify(resource)}.`);
+  }
+  if (!Number.isFinite(ttl) || ttl <= 0) throw new RangeError(`${owner}: ttl must be a positive number of ms, got ${ttl}.`);
+}

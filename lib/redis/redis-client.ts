@@ -1,0 +1,162 @@
+import { createHash } from 'node:crypto';
+import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
+
+type RedisArgument = string | number;
+
+/**
+ * The part of an ioredis client the Redis classes of this package use. Both ioredis 5
+ * and 6, standalone `Redis` and `Cluster`, match it structurally, so ioredis stays an
+ * optional peer dependency that this package never imports at runtime.
+ */
+export interface RedisClientLike {
+  eval(script: string, numkeys: number, ...args: RedisArgument[]): Promise<unknown>;
+  evalsha(sha1: string, numkeys: number, ...args: RedisArgument[]): Promise<unknown>;
+  ping(): Promise<unknown>;
+}
+
+/** Options shared by every Redis-backed class of this package. */
+export interface RedisCallOptions {
+  /**
+   * Longest time one operation may take before it rejects with
+   * `RedisOperationTimeoutError`, ms; 0 leaves the bound to the client's own
+   * `commandTimeout`. This guard holds whatever the client settings are, so a request
+   * never hangs on an unreachable Redis.
+   * @default 2000
+   */
+  timeout?: number;
+}
+
+export const DEFAULT_REDIS_TIMEOUT = 2_000;
+
+/** Redis did not answer in time. Reported as store unavailable (HTTP 503). */
+export class RedisOperationTimeoutError extends IdempotencyError {
+  constructor(operation: string, timeout: number) {
+    super(
+      IdempotencyErrorCode.StoreUnavailable,
+      503,
+      `Redis did not answer ${operation} within ${timeout} ms`,
+      'Check that Redis is reachable. Create the ioredis client with enableOfflineQueue: false and a commandTimeout so that an outage fails fast (see docs/redis.md).',
+    );
+  }
+}
+
+/** A Lua script with its SHA-1, run with EVALSHA so that only the digest travels. */
+export class LuaScript {
+  readonly sha: string;
+  constructor(
+    readonly name: string,
+    readonly source: string,
+  ) {
+    this.sha = createHash('sha1').update(source).digest('hex');
+  }
+}
+
+/**
+ * Runs the scripts of one Redis-backed object: exactly one round trip per call in the
+ * steady state. The first call of each script sends EVAL (which also caches the script
+ * on that server), later calls EVALSHA; a NOSCRIPT reply (server restarted or flushed,
+ * another Cluster node) falls back to EVAL once.
+ */
+export class RedisScriptRunner {
+  private readonly sent = new Set<LuaScript>();
+  readonly timeout: number;
+
+  constructor(
+    readonly client: RedisClientLike,
+    options: RedisCallOptions,
+    private readonly owner: string,
+  ) {
+    if (!client || typeof client.evalsha !== 'function' || typeof client.eval !== 'function') {
+      throw new TypeError(`${owner}: the first argument must be an ioredis Redis or Cluster client.`);
+    }
+    this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
+    if (!Number.isFinite(this.timeout) || this.timeout < 0) {
+      throw new RangeError(`${owner}: timeout must be a non-negative number of ms, got ${options.timeout}.`);
+    }
+  }
+
+  /** Runs `script` on `key` (every script of this package touches exactly one key). */
+  run(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
+    return this.bounded(this.send(script, key, args), `${this.owner}.${script.name}`);
+  }
+
+  ping(): Promise<void> {
+    return this.bounded(
+      this.client.ping().then(() => undefined),
+      `${this.owner}.ping`,
+    );
+  }
+
+  private async send(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
+    if (!this.sent.has(script)) {
+      // Marked before the reply: commands on one connection run in order, so calls
+      // issued meanwhile find the script cached (or fall back on NOSCRIPT elsewhere).
+      this.sent.add(script);
+      try {
+        return await this.client.eval(script.source, 1, key, ...args);
+      } catch (error) {
+        this.sent.delete(script);
+        throw error;
+      }
+    }
+    try {
+      return await this.client.evalsha(script.sha, 1, key, ...args);
+    } catch (error) {
+      if (!isNoScript(error)) throw error;
+      return this.client.eval(script.source, 1, key, ...args);
+    }
+  }
+
+  private bounded<T>(promise: Promise<T>, operation: string): Promise<T> {
+    if (this.timeout === 0) return promise;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new RedisOperationTimeoutError(operation, this.timeout)), this.timeout);
+      timer.unref();
+      promise.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+}
+
+function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.includes('NOSCRIPT');
+}
+
+/**
+ * A Lua nil or false comes back as `null` over RESP2 and as `null` or `false` over
+ * RESP3 (ioredis 6 speaks RESP3 by default); both mean "absent".
+ */
+export function isAbsent(value: unknown): value is null | undefined | false {
+  return value === null || value === undefined || value === false;
+}
+
+export function asString(value: unknown): string | undefined {
+  if (isAbsent(value)) return undefined;
+  return Buffer.isBuffer(value) ? value.toString('utf8') : String(value);
+}
+
+/** A duration argument for PX/PEXPIRE: a positive whole number of ms. */
+export function wholeMs(value: number, name: string, owner: string): number {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new RangeError(`${owner}: ${name} must be a positive number of ms, got ${value}.`);
+  }
+  return Math.ceil(value);
+}
+
+/** Lua: the server clock in epoch ms, so every expiry comes from one clock. */
+export const LUA_NOW_MS = `local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms_string(n)
+  return string.format('%.0f', n)
+end
+`;

@@ -1,0 +1,186 @@
+import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
+import {
+  LUA_NOW_MS,
+  LuaScript,
+  RedisScriptRunner,
+  asString,
+  isAbsent,
+  wholeMs,
+  type RedisCallOptions,
+  type RedisClientLike,
+} from './redis-client.js';
+
+export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
+  /**
+   * Prepended to every key. Give each application (or test run) its own, so that two
+   * apps sharing one Redis never see each other's records.
+   * @default 'idempotency:'
+   */
+  prefix?: string;
+}
+
+/*
+ * One record = one Redis hash, whose Redis expiry is the lease while in progress and
+ * the retention once completed, so Redis itself forgets expired leases and results:
+ *   s  status: 'p' (in progress) or 'c' (completed)
+ *   t  lease token (in progress only)
+ *   e  leaseExpiresAt or expiresAt, epoch ms from the Redis server clock
+ *   f  fingerprint (optional)
+ *   r  serialized result (completed only)
+ * Each script touches that one key, so every primitive is one atomic round trip and
+ * every script stays within one Cluster hash slot.
+ */
+const FIELDS = `'s', 't', 'e', 'f', 'r'`;
+
+const CLAIM = new LuaScript(
+  'claim',
+  `${LUA_NOW_MS}
+local existing = redis.call('HMGET', KEYS[1], ${FIELDS})
+if existing[1] then
+  return {0, existing[1], existing[2], existing[3], existing[4], existing[5]}
+end
+local expires = ms_string(now_ms() + tonumber(ARGV[2]))
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'e', expires, 'f', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'e', expires)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, expires}
+`,
+);
+
+const COMPLETE = new LuaScript(
+  'complete',
+  `${LUA_NOW_MS}
+local lease = redis.call('HMGET', KEYS[1], 's', 't')
+if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[2], 'e', ms_string(now_ms() + tonumber(ARGV[3])))
+redis.call('HDEL', KEYS[1], 't')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`,
+);
+
+const RELEASE = new LuaScript(
+  'release',
+  `local lease = redis.call('HMGET', KEYS[1], 's', 't')
+if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`,
+);
+
+const RENEW = new LuaScript(
+  'renew',
+  `${LUA_NOW_MS}
+local lease = redis.call('HMGET', KEYS[1], 's', 't')
+if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'e', ms_string(now_ms() + tonumber(ARGV[2])))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`,
+);
+
+const GET = new LuaScript('get', `return redis.call('HMGET', KEYS[1], ${FIELDS})`);
+
+const DELETE = new LuaScript('delete', `return redis.call('DEL', KEYS[1])`);
+
+/**
+ * An `IdempotencyStore` on Redis through ioredis (5 or 6), standalone or Cluster.
+ * Every primitive is one Lua script, so a first execution costs two round trips
+ * (claim, complete) and a replay one (the claim answers with the completed record).
+ *
+ * Timestamps (`leaseExpiresAt`, `expiresAt`) come from the Redis server clock; the
+ * expiry itself is Redis's own key expiry, so clock skew between app instances never
+ * lets two of them own one key.
+ *
+ * @example
+ * const redis = new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 1000 });
+ * IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redis, { prefix: 'orders-api:idem:' }) });
+ */
+export class RedisIdempotencyStore implements IdempotencyStore {
+  readonly prefix: string;
+  private readonly scripts: RedisScriptRunner;
+
+  constructor(client: RedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
+    this.scripts = new RedisScriptRunner(client, options, 'RedisIdempotencyStore');
+    this.prefix = options.prefix ?? 'idempotency:';
+  }
+
+  /** The Redis key of a store key. The braces are a Cluster hash tag over the whole key. */
+  redisKey(key: string): string {
+    return `${this.prefix}{${key}}`;
+  }
+
+  async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const leaseTtl = wholeMs(request.leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.claim');
+    const hasFingerprint = request.fingerprint !== undefined;
+    const reply = (await this.scripts.run(CLAIM, this.redisKey(key), [
+      request.token,
+      leaseTtl,
+      hasFingerprint ? '1' : '0',
+      hasFingerprint ? request.fingerprint! : '',
+    ])) as unknown[];
+    if (Number(reply[0]) === 1) {
+      return {
+        claimed: true,
+        record: withFingerprint(
+          { status: 'in_progress', key, leaseToken: request.token, leaseExpiresAt: Number(asString(reply[1])) },
+          request.fingerprint,
+        ),
+      };
+    }
+    return { claimed: false, record: toRecord(key, reply.slice(1))! };
+  }
+
+  async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
+    const ttl = wholeMs(request.ttl, 'ttl', 'RedisIdempotencyStore.complete');
+    return Number(await this.scripts.run(COMPLETE, this.redisKey(key), [token, request.result, ttl])) === 1;
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    return Number(await this.scripts.run(RELEASE, this.redisKey(key), [token])) === 1;
+  }
+
+  async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
+    const ttl = wholeMs(leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.renew');
+    return Number(await this.scripts.run(RENEW, this.redisKey(key), [token, ttl])) === 1;
+  }
+
+  async get(key: string): Promise<IdempotencyRecord | undefined> {
+    return toRecord(key, (await this.scripts.run(GET, this.redisKey(key), [])) as unknown[]);
+  }
+
+  async delete(key: string): Promise<boolean> {
+    return Number(await this.scripts.run(DELETE, this.redisKey(key), [])) > 0;
+  }
+
+  /** Readiness probe: resolves when Redis answers PING within `timeout`. */
+  ping(): Promise<void> {
+    return this.scripts.ping();
+  }
+}
+
+/** Parses `[s, t, e, f, r]`. */
+function toRecord(key: string, fields: unknown[]): IdempotencyRecord | undefined {
+  const status = asString(fields[0]);
+  if (status === undefined) return undefined;
+  const expiry = Number(asString(fields[2]));
+  const fingerprint = asString(fields[3]);
+  if (status === 'p') {
+    return withFingerprint({ status: 'in_progress', key, leaseToken: asString(fields[1]) ?? '', leaseExpiresAt: expiry }, fingerprint);
+  }
+  if (status === 'c' && !isAbsent(fields[4])) {
+    return withFingerprint({ status: 'completed', key, result: asString(fields[4])!, expiresAt: expiry }, fingerprint);
+  }
+  throw new Error(
+    `RedisIdempotencyStore: the record under key ${key} is not in the format of this store (status ${JSON.stringify(status)}). ` +
+      'Another program may write under the same prefix; give this store its own prefix.',
+  );
+}
+
+function withFingerprint<T extends IdempotencyRecord>(record: T, fingerprint: string | undefined): T {
+  return fingerprint === undefined ? record : { ...record, fingerprint };
+}

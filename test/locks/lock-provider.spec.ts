@@ -1,0 +1,190 @@
+import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
+import Redis5 from 'ioredis5';
+import {
+  LockErrorCode,
+  LockLostError,
+  LockNotAcquiredError,
+  MemoryLockProvider,
+  withLock,
+  type LockProvider,
+} from '../../lib/locks/index.js';
+import { RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Blocks the event loop, like a long GC pause: no timer (no renewal) can run meanwhile. */
+function stall(ms: number): void {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    // busy
+  }
+}
+
+const clients: { disconnect(): void }[] = [];
+afterAll(() => {
+  for (const client of clients) client.disconnect();
+});
+
+const providers: [string, () => Promise<LockProvider>][] = [
+  ['MemoryLockProvider', async () => new MemoryLockProvider()],
+  [
+    'RedisLockProvider (ioredis 6)',
+    async () => {
+      const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
+      clients.push(client);
+      await client.connect();
+      return new RedisLockProvider(client, { prefix: `test:lock:${randomUUID()}:` });
+    },
+  ],
+  [
+    'RedisLockProvider (ioredis 5)',
+    async () => {
+      const client = new Redis5({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
+      clients.push(client);
+      await client.connect();
+      return new RedisLockProvider(client, { prefix: `test:lock:${randomUUID()}:` });
+    },
+  ],
+];
+
+describe.each(providers)('%s', (_name, makeProvider) => {
+  let locks: LockProvider;
+  const resource = () => `res-${randomUUID()}`;
+
+  beforeAll(async () => {
+    locks = await makeProvider();
+  });
+
+  it('grants a lock to exactly one of 50 concurrent acquirers, and again after release', async () => {
+    const r = resource();
+    const handles = await Promise.all(Array.from({ length: 50 }, () => locks.acquire(r, { ttl: 10_000 })));
+    const winners = handles.filter((h) => h !== undefined);
+    expect(winners).toHaveLength(1);
+    expect(await locks.acquire(r, { ttl: 10_000 })).toBeUndefined();
+    expect(await winners[0]!.release()).toBe(true);
+    expect(await winners[0]!.release()).toBe(false);
+    expect(await locks.acquire(r, { ttl: 10_000 })).toBeDefined();
+  });
+
+  it("never lets a holder whose lock expired release or extend the new holder's lock", async () => {
+    const r = resource();
+    const stale = (await locks.acquire(r, { ttl: 150 }))!;
+    await sleep(300);
+    const current = await locks.acquire(r, { ttl: 10_000 });
+    expect(current).toBeDefined();
+    expect(await stale.release()).toBe(false);
+    expect(await stale.extend(10_000)).toBe(false);
+    expect(await locks.acquire(r, { ttl: 10_000 })).toBeUndefined();
+    expect(await current!.release()).toBe(true);
+  });
+
+  it('keeps an extended lock past its first expiry', async () => {
+    const r = resource();
+    const handle = (await locks.acquire(r, { ttl: 200 }))!;
+    const firstExpiry = handle.expiresAt;
+    expect(await handle.extend(5_000)).toBe(true);
+    expect(handle.expiresAt).toBeGreaterThan(firstExpiry);
+    await sleep(350);
+    expect(await locks.acquire(r, { ttl: 1_000 })).toBeUndefined();
+    expect(await handle.release()).toBe(true);
+  });
+
+  it('withLock: runs concurrent critical sections one at a time', async () => {
+    const r = resource();
+    let active = 0;
+    let maxActive = 0;
+    let counter = 0;
+    await Promise.all(
+      Array.from({ length: 20 }, () =>
+        withLock(
+          locks,
+          r,
+          async () => {
+            active++;
+            maxActive = Math.max(maxActive, active);
+            const read = counter;
+            await sleep(2);
+            counter = read + 1;
+            active--;
+          },
+          { ttl: 5_000, waitTimeout: 20_000, retryDelay: 5 },
+        ),
+      ),
+    );
+    expect(maxActive).toBe(1);
+    expect(counter).toBe(20);
+  });
+
+  it('withLock: gives up after waitTimeout with LockNotAcquiredError, without running the work', async () => {
+    const r = resource();
+    const holder = (await locks.acquire(r, { ttl: 10_000 }))!;
+    let ran = false;
+    const error = await withLock(locks, r, async () => (ran = true), { waitTimeout: 200, retryDelay: 20 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockNotAcquiredError);
+    expect(error).toMatchObject({ code: LockErrorCode.NotAcquired, status: 409, resource: r, waitTimeout: 200 });
+    expect((error as Error).message).toContain(r);
+    expect(ran).toBe(false);
+    await holder.release();
+  });
+
+  it('withLock: waits for a busy lock that is released in time', async () => {
+    const r = resource();
+    const holder = (await locks.acquire(r, { ttl: 10_000 }))!;
+    setTimeout(() => void holder.release(), 100);
+    await expect(withLock(locks, r, async () => 'done', { waitTimeout: 5_000, retryDelay: 10 })).resolves.toBe('done');
+  });
+
+  it('withLock: renews the lock while long work runs, and releases it afterwards', async () => {
+    const r = resource();
+    let contenderGotIt: boolean | undefined;
+    await withLock(
+      locks,
+      r,
+      async () => {
+        await sleep(700); // over twice the ttl
+        contenderGotIt = (await locks.acquire(r, { ttl: 1_000 })) !== undefined;
+      },
+      { ttl: 300 },
+    );
+    expect(contenderGotIt).toBe(false);
+    const after = await locks.acquire(r, { ttl: 1_000 });
+    expect(after).toBeDefined();
+    await after!.release();
+  });
+
+  it('withLock: releases the lock when the work throws, and rethrows', async () => {
+    const r = resource();
+    await expect(withLock(locks, r, async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    const after = await locks.acquire(r, { ttl: 1_000 });
+    expect(after).toBeDefined();
+    await after!.release();
+  });
+
+  it('withLock: aborts the signal with LockLostError when the lock lapsed during a stall', async () => {
+    const r = resource();
+    let signal: AbortSignal | undefined;
+    let takenOver = false;
+    await withLock(
+      locks,
+      r,
+      async (s) => {
+        signal = s;
+        stall(450); // no renewal can run: the 150 ms lock lapses
+        takenOver = (await locks.acquire(r, { ttl: 10_000 })) !== undefined;
+        await sleep(120); // the late renewal runs, finds the lock gone
+      },
+      { ttl: 150 },
+    );
+    expect(takenOver).toBe(true);
+    expect(signal!.aborted).toBe(true);
+    expect(signal!.reason).toBeInstanceOf(LockLostError);
+    // The lapsed holder's release did not free the new holder's lock.
+    expect(await locks.acquire(r, { ttl: 1_000 })).toBeUndefined();
+  });
+
+  it('rejects nonsensical arguments with a hint', async () => {
+    await expect(locks.acquire('', { ttl: 1_000 })).rejects.toThrow(/resource must be a non-empty string/);
+    await expect(locks.acquire('r', { ttl: 0 })).rejects.toThrow(/ttl must be a positive number/);
+    await expect(withLock(locks, 'r', async () => 1, { waitTimeout: -1 })).rejects.toThrow(/waitTimeout must be/);
+  });
+});
