@@ -1,0 +1,44 @@
+import { Column, Index, VersionColumn } from 'typeorm';
+
+/**
+ * Base class for entities updated concurrently: a `version` column TypeORM sets to 1 on
+ * insert and increments on every `save()`. `save()` does not CHECK the version, though:
+ * use `updateWithVersion()` (or `applyTransition()`) for a write that fails with
+ * `OptimisticLockError` when someone else updated the row since you read it.
+ *
+ * @example
+ * @Entity('accounts')
+ * export class Account extends VersionedEntity {
+ *   @PrimaryGeneratedColumn() id: number;
+ *   @Column('int') balance: number;
+ * }
+ */
+export abstract class VersionedEntity {
+  @VersionColumn({ name: 'version', type: 'int' })
+  version: number;
+}
+
+/**
+ * Base class for rows that an operation creates exactly once, e.g. a refund per refund
+ * message: `idemKey` (column `idem_key`) carries the operation's idempotency key under a
+ * unique index, the last line of defence when everything else let a duplicate through.
+ * Insert with `insertOrGetExisting()` to get the existing row back instead of an error.
+ *
+ * The unique index is named by your naming strategy from the table and column
+ * (TypeORM's default: `IDX_` + a hash), so it is unique per table:
+ * `idemKeyIndexNameOf(dataSource, Entity)` tells the name. A literal name on this shared
+ * base class would collide on the second table, as PostgreSQL and SQLite index names are
+ * per schema.
+ *
+ * @example
+ * @Entity('refund_records')
+ * export class RefundRecord extends IdempotentEntity {
+ *   @PrimaryGeneratedColumn() id: number;
+ *   @Column('int') amount: number;
+ * }
+ */
+export abstract class IdempotentEntity extends VersionedEntity {
+  @Index({ unique: true })
+  @Column({ name: 'idem_key', type: 'varchar', length: 255 })
+  idemKey: string;
+}

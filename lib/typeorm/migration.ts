@@ -1,0 +1,71 @@
+import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
+import { dataSourceOfRunner } from './sql-runner.js';
+import { DEFAULT_RECORDS_TABLE, dialectOf, dropRecordsTableDdl, parseTableName, recordsTableDdl } from './record-sql.js';
+
+/** PostgreSQL tables land in the DataSource's `schema` when the name does not give one, as TypeORM's own entities do. */
+export function defaultSchemaOf(dataSource: DataSource): string | undefined {
+  return dialectOf(dataSource) === 'postgres' ? (dataSource.options as { schema?: string }).schema : undefined;
+}
+
+async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
+  const dataSource = dataSourceOfRunner(runner);
+  dialectOf(dataSource); // refuses unsupported drivers with a clear message
+  for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
+}
+
+async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
+  const dataSource = dataSourceOfRunner(runner);
+  for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
+}
+
+/**
+ * Creates the default `idempotency_records` table (PostgreSQL or SQLite). Add it to your
+ * DataSource's `migrations`. Safe to run on a database that already has the table.
+ */
+export class CreateIdempotencyRecords1700000000000 implements MigrationInterface {
+  name = 'CreateIdempotencyRecords1700000000000';
+
+  async up(queryRunner: QueryRunner): Promise<void> {
+    await createRecordsTable(queryRunner, DEFAULT_RECORDS_TABLE);
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await dropRecordsTable(queryRunner, DEFAULT_RECORDS_TABLE);
+  }
+}
+
+export interface IdempotencyRecordsMigrationOptions {
+  /**
+   * Timestamp TypeORM orders migrations by (13 digits, epoch ms).
+   * @default 1700000000000
+   */
+  timestamp?: number;
+}
+
+/**
+ * A migration class for a records table with another name (`'table'` or `'schema.table'`).
+ *
+ * @example
+ * migrations: [createIdempotencyRecordsMigration('billing.idempotency_records', { timestamp: 1735000000000 })]
+ */
+export function createIdempotencyRecordsMigration(
+  tableName: string,
+  options: IdempotencyRecordsMigrationOptions = {},
+): new () => MigrationInterface {
+  const timestamp = options.timestamp ?? 1700000000000;
+  if (!Number.isInteger(timestamp) || String(timestamp).length !== 13) {
+    throw new RangeError(`createIdempotencyRecordsMigration: timestamp must be 13-digit epoch ms, got ${timestamp}.`);
+  }
+  const { table } = parseTableName(tableName);
+  // TypeORM reads the order from the last 13 characters of the name.
+  const name = `CreateIdempotencyRecords_${table}${timestamp}`;
+  return class implements MigrationInterface {
+    name = name;
+    async up(queryRunner: QueryRunner): Promise<void> {
+      await createRecordsTable(queryRunner, tableName);
+    }
+    async down(queryRunner: QueryRunner): Promise<void> {
+      await dropRecordsTable(queryRunner, tableName);
+    }
+  };
+}

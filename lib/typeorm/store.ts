@@ -1,0 +1,289 @@
+import { createHash } from 'node:crypto';
+import type { DataSource, QueryRunner } from 'typeorm';
+import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import type {
+  ClaimRequest,
+  CompleteRequest,
+  TransactionalIdempotencyStore,
+  TransactionalRequest,
+  TransactionalResult,
+} from '../core/store.js';
+import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
+import { runStatement, withRunner } from './sql-runner.js';
+import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
+
+export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
+  /**
+   * Records table, `'table'` or `'schema.table'`. An unqualified name lives in the
+   * DataSource's `schema` on PostgreSQL, like TypeORM's own entities.
+   * @default 'idempotency_records'
+   */
+  tableName?: string;
+  /**
+   * A records entity registered in the DataSource (e.g. from `createIdempotencyRecordEntity`):
+   * its table is used, so entity and store cannot disagree. Takes precedence over `tableName`.
+   * @default undefined
+   */
+  entity?: Function;
+  /**
+   * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
+   * the process alive). Several instances may enable it: on PostgreSQL an advisory lock
+   * lets one purge at a time and the others skip that round. `undefined` or 0: off.
+   * @default undefined
+   */
+  purgeInterval?: number;
+  /**
+   * Rows deleted per statement by a purge, so no single statement holds many locks.
+   * @default 1000
+   */
+  purgeBatchSize?: number;
+  /**
+   * Called after every scheduled purge.
+   * @default undefined
+   */
+  onPurge?: (result: PurgeResult) => void;
+  /**
+   * Called when a scheduled purge fails (the job keeps running).
+   * @default emits a process warning
+   */
+  onPurgeError?: (error: unknown) => void;
+}
+
+export interface PurgeResult {
+  /** False when another instance (or call) was purging, so this one did nothing. */
+  readonly ran: boolean;
+  /** Rows deleted. */
+  readonly deleted: number;
+}
+
+/** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
+const MAX_CLAIM_STATEMENTS = 5;
+
+/**
+ * The PostgreSQL (shared, multi-instance) or SQLite (embedded) idempotency store, on a
+ * TypeORM `DataSource`.
+ *
+ * - `claim` is one `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <dead> RETURNING`
+ *   statement, whose fallback branch returns the live existing row in the same round trip.
+ * - `complete`, `release` and `renew` are compare-and-set on the lease token.
+ * - Expiry uses the database clock on PostgreSQL, so app hosts with skewed clocks agree.
+ * - `runTransactional` (used by `@Idempotent({ transactional: true })`) writes the record
+ *   in the same transaction as the handler's writes; the handler reaches that
+ *   transaction through `getIdempotentEntityManager()`.
+ *
+ * Create the table with `ensureTable()`, the `CreateIdempotencyRecords1700000000000`
+ * migration, or by registering `IdempotencyRecordEntity`.
+ */
+export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
+  private resolvedSql: RecordSql | undefined;
+  private purgeTimer: NodeJS.Timeout | undefined;
+  private purging = false;
+  private scheduledRun: Promise<void> | undefined;
+  private retries = 0;
+  readonly purgeBatchSize: number;
+
+  constructor(
+    readonly dataSource: DataSource,
+    private readonly options: TypeOrmIdempotencyStoreOptions = {},
+  ) {
+    this.purgeBatchSize = options.purgeBatchSize ?? 1000;
+    if (!Number.isInteger(this.purgeBatchSize) || this.purgeBatchSize < 1) {
+      throw new RangeError(`TypeOrmIdempotencyStore: purgeBatchSize must be a positive integer, got ${options.purgeBatchSize}.`);
+    }
+    const interval = options.purgeInterval;
+    if (interval !== undefined && interval !== 0) {
+      if (!Number.isFinite(interval) || interval < 0) {
+        throw new RangeError(`TypeOrmIdempotencyStore: purgeInterval must be a positive number of ms, got ${interval}.`);
+      }
+      this.purgeTimer = setInterval(() => {
+        if (!this.scheduledRun) this.scheduledRun = this.scheduledPurge().finally(() => (this.scheduledRun = undefined));
+      }, interval);
+      this.purgeTimer.unref();
+    }
+  }
+
+  /** The quoted table name the store writes to. */
+  get tableName(): string {
+    return this.sql.table.quoted;
+  }
+
+  /**
+   * How many claims had to run their statement again because a concurrent claim
+   * committed between the statement's snapshot and its conflict check (diagnostics).
+   */
+  get claimRetries(): number {
+    return this.retries;
+  }
+
+  /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
+  async ensureTable(): Promise<void> {
+    await withRunner(this.dataSource, this.sql.dialect, async (runner) => {
+      for (const statement of recordsTableDdl(this.sql.table)) await runner.query(statement);
+    });
+  }
+
+  async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const sql = this.sql;
+    return withRunner(this.dataSource, sql.dialect, async (runner) => {
+      for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
+        if (round > 0) this.retries++;
+        const { rows } = await runStatement(runner, sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
+        if (rows.length > 0) {
+          const row = rows[0];
+          const claimed = row.claimed === true || row.claimed === 1;
+          return claimed
+            ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
+            : { claimed: false, record: toRecord(key, row) };
+        }
+        if (sql.dialect === 'sqlite') {
+          const existing = await runStatement(runner, sql.read(key));
+          if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
+        }
+        // Nothing came back: the row that blocked the insert was committed after this
+        // statement's snapshot (or deleted right after). A new statement sees it.
+      }
+      throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
+    });
+  }
+
+  async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
+    return this.write(this.sql.complete(key, token, request.result, request.ttl));
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    return this.write(this.sql.release(key, token));
+  }
+
+  async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
+    return this.write(this.sql.renew(key, token, leaseTtl));
+  }
+
+  async get(key: string): Promise<IdempotencyRecord | undefined> {
+    const { rows } = await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, this.sql.read(key)));
+    return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
+  }
+
+  async delete(key: string): Promise<boolean> {
+    return this.write(this.sql.delete(key));
+  }
+
+  async ping(): Promise<void> {
+    await withRunner(this.dataSource, this.sql.dialect, (runner) => runner.query('SELECT 1'));
+  }
+
+  /**
+   * Runs `work` in one transaction with the idempotency record (see
+   * `TransactionalIdempotencyStore`). Inside `work`, `getIdempotentEntityManager()` returns
+   * the transaction's `EntityManager`.
+   */
+  async runTransactional<T>(
+    request: TransactionalRequest,
+    work: () => Promise<{ value: T; result: string }>,
+  ): Promise<TransactionalResult<T>> {
+    return runRecordTransaction(this.dataSource, this.sql, request, () => work(), this.options);
+  }
+
+  /**
+   * Deletes expired records (dead leases and results past their retention) in batches of
+   * `purgeBatchSize`. On PostgreSQL an advisory lock (per table) makes concurrent purges
+   * by several instances skip instead of competing: only one runs at a time, the others
+   * return `{ ran: false }`.
+   */
+  async purgeExpired(): Promise<PurgeResult> {
+    if (this.purging) return { ran: false, deleted: 0 };
+    this.purging = true;
+    try {
+      const sql = this.sql;
+      if (sql.dialect === 'sqlite') return { ran: true, deleted: await this.deleteBatches() };
+      const runner = this.dataSource.createQueryRunner();
+      try {
+        await runner.connect();
+        const lockKey = purgeLockKeyOf(sql.table.quoted);
+        const [{ locked }] = (await runner.query('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey])) as Array<{
+          locked: boolean;
+        }>;
+        if (!locked) return { ran: false, deleted: 0 };
+        try {
+          return { ran: true, deleted: await this.deleteBatches(runner) };
+        } finally {
+          await runner.query('SELECT pg_advisory_unlock($1::bigint)', [lockKey]);
+        }
+      } finally {
+        await runner.release();
+      }
+    } finally {
+      this.purging = false;
+    }
+  }
+
+  /** Stops the purge job and waits for a run in progress. The DataSource stays open: it is yours to destroy. */
+  async close(): Promise<void> {
+    if (this.purgeTimer) clearInterval(this.purgeTimer);
+    this.purgeTimer = undefined;
+    await this.scheduledRun;
+  }
+
+  /** Nest lifecycle hook: stops the purge job with the application. */
+  async onModuleDestroy(): Promise<void> {
+    await this.close();
+  }
+
+  private get sql(): RecordSql {
+    if (!this.resolvedSql) {
+      const tableName = this.options.entity
+        ? this.dataSource.getMetadata(this.options.entity).tablePath
+        : (this.options.tableName ?? DEFAULT_RECORDS_TABLE);
+      this.resolvedSql = recordSqlFor(this.dataSource, tableName);
+    }
+    return this.resolvedSql;
+  }
+
+  private async write(statement: Statement): Promise<boolean> {
+    const { affected } = await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
+    return affected > 0;
+  }
+
+  /** Batches run on `lockHolder` (PostgreSQL), or each through the SQLite mutex so claims interleave. */
+  private async deleteBatches(lockHolder?: QueryRunner): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const statement = this.sql.purgeBatch(this.purgeBatchSize);
+      const { affected } = lockHolder
+        ? await runStatement(lockHolder, statement)
+        : await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
+      deleted += affected;
+      if (affected < this.purgeBatchSize) return deleted;
+    }
+  }
+
+  private async scheduledPurge(): Promise<void> {
+    try {
+      const result = await this.purgeExpired();
+      this.options.onPurge?.(result);
+    } catch (error) {
+      if (this.options.onPurgeError) this.options.onPurgeError(error);
+      else
+        process.emitWarning(
+          `TypeOrmIdempotencyStore: purging expired records failed: ${(error as Error)?.message ?? error}`,
+          'IdempotencyPurgeWarning',
+        );
+    }
+  }
+}
+
+/** A stable 64-bit advisory lock key per table (the same on every instance). */
+function purgeLockKeyOf(table: string): string {
+  return createHash('sha256')
+    .update('nestjs-idempotency:purge:' + table)
+    .digest()
+    .readBigInt64BE(0)
+    .toString();
+}
+
+function toRecord(key: string, row: Record<string, unknown>): IdempotencyRecord {
+  const fingerprint = row.fingerprint === null || row.fingerprint === undefined ? undefined : String(row.fingerprint);
+  if (row.status === 'completed') {
+    return { status: 'completed', key, result: String(row.result ?? ''), expiresAt: Number(row.expires_at), fingerprint };
+  }
+  return { status: 'in_progress', key, leaseToken: String(row.lease_token), leaseExpiresAt: Number(row.lease_expires_at), fingerprint };
+}

@@ -1,0 +1,340 @@
+import { randomUUID } from 'node:crypto';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { DEFAULT_TTL } from '../core/defaults.js';
+import { IdempotencyConfigurationError, IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from '../core/errors.js';
+import { fingerprintOf, storageKeyOf } from '../core/hash.js';
+import { normalizeIdempotencyKey } from '../core/key.js';
+import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../core/outcome.js';
+import { replayValue } from '../core/engine.js';
+import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
+import { defaultSchemaOf } from './migration.js';
+import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, postgresRecordSql, sqliteRecordSql, type RecordSql } from './record-sql.js';
+import { MutexTimeoutError, dataSourceOfRunner, runStatement, sqliteMutexOf, transactionContext } from './sql-runner.js';
+
+/** Isolation levels accepted for the idempotent transaction. */
+export type IdempotentIsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+
+/** Tuning shared by `runIdempotentTransaction` and `TypeOrmIdempotencyStore.runTransactional`. */
+export interface TransactionTuning {
+  /**
+   * Longest wait, ms, for a concurrent duplicate's transaction to finish before giving up
+   * with `IdempotencyInFlightError` (PostgreSQL `lock_timeout` on the record insert; on
+   * SQLite the wait for the single connection). `undefined` waits as long as the first
+   * transaction runs.
+   * @default undefined
+   */
+  waitTimeout?: number;
+  /**
+   * Isolation of the transaction. Under REPEATABLE READ and SERIALIZABLE a duplicate that
+   * waited for the first transaction hits a serialization failure on the record insert;
+   * the transaction is then restarted (the record row is read in a fresh snapshot), so
+   * callers still get the replay.
+   * @default 'READ COMMITTED' on PostgreSQL; SQLite is always serializable
+   */
+  isolationLevel?: IdempotentIsolationLevel;
+}
+
+/** Restarts of the acquisition phase before giving up (each one sees a newer snapshot). */
+const MAX_ACQUIRE_ROUNDS = 5;
+
+type Acquisition =
+  | { readonly kind: 'owned' }
+  | { readonly kind: 'replay'; readonly result: string }
+  | { readonly kind: 'in_flight'; readonly retryAfterMs: number }
+  | { readonly kind: 'restart' };
+
+/**
+ * Runs `work` in one transaction that first writes the idempotency record: the business
+ * writes and the completed record commit together, a concurrent duplicate blocks on
+ * the key's unique index until then and replays, and a rollback or crash leaves no trace.
+ * @internal shared by `runIdempotentTransaction` and `TypeOrmIdempotencyStore.runTransactional`.
+ */
+export async function runRecordTransaction<T>(
+  dataSource: DataSource,
+  sql: RecordSql,
+  request: TransactionalRequest,
+  work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
+  tuning: TransactionTuning = {},
+): Promise<TransactionalResult<T>> {
+  validateTtl(request.ttl);
+  const outer = transactionContext.getStore();
+  // Nested call on the same DataSource: join the running transaction through a savepoint,
+  // so the inner record commits (or rolls back) with the outer work.
+  if (outer && outer.dataSource === dataSource) {
+    return attempt(outer.queryRunner, sql, request, work, tuning, true);
+  }
+  const open = async () => {
+    const runner = dataSource.createQueryRunner();
+    try {
+      await runner.connect();
+      return await attempt(runner, sql, request, work, tuning, false);
+    } finally {
+      await runner.release();
+    }
+  };
+  if (sql.dialect === 'sqlite') {
+    try {
+      return await sqliteMutexOf(dataSource).run(open, tuning.waitTimeout);
+    } catch (error) {
+      if (error instanceof MutexTimeoutError) throw new IdempotencyInFlightError(tuning.waitTimeout ?? 1_000);
+      throw error;
+    }
+  }
+  return open();
+}
+
+async function attempt<T>(
+  runner: QueryRunner,
+  sql: RecordSql,
+  request: TransactionalRequest,
+  work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
+  tuning: TransactionTuning,
+  nested: boolean,
+): Promise<TransactionalResult<T>> {
+  const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? 'READ COMMITTED');
+  for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
+    if (isolation) await runner.startTransaction(isolation);
+    else await runner.startTransaction();
+    let open = true;
+    const rollback = async () => {
+      if (!open) return;
+      open = false;
+      await runner.rollbackTransaction();
+    };
+    try {
+      const acquired = await acquire(runner, sql, request, tuning.waitTimeout, nested);
+      if (acquired.kind === 'restart') {
+        await rollback();
+        continue;
+      }
+      if (acquired.kind === 'replay') {
+        await rollback();
+        return { kind: 'replay', result: acquired.result };
+      }
+      if (acquired.kind === 'in_flight') {
+        await rollback();
+        throw new IdempotencyInFlightError(acquired.retryAfterMs);
+      }
+      const context = { dataSource: dataSourceOfRunner(runner), queryRunner: runner, manager: runner.manager };
+      const outcome = await transactionContext.run(context, () => work(runner.manager));
+      if (typeof outcome?.result !== 'string') {
+        throw new TypeError('The transactional work must return { value, result } with result a string.');
+      }
+      const finished = await runStatement(runner, sql.finish(request.key, outcome.result, request.ttl));
+      if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
+      open = false;
+      await runner.commitTransaction();
+      return { kind: 'executed', value: outcome.value };
+    } catch (error) {
+      try {
+        await rollback();
+      } catch {
+        // The connection is gone (the database aborts the transaction itself); report the first error.
+      }
+      throw error;
+    }
+  }
+  throw new Error(`The idempotency record ${request.key} kept changing under ${MAX_ACQUIRE_ROUNDS} attempts to take it; retry later.`);
+}
+
+/**
+ * Inserts the lease row first. `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait
+ * on the unique index until the first transaction ends: then it either inserts (the
+ * first rolled back) or sees the committed record.
+ */
+async function acquire(
+  runner: QueryRunner,
+  sql: RecordSql,
+  request: TransactionalRequest,
+  waitTimeout: number | undefined,
+  nested: boolean,
+): Promise<Acquisition> {
+  const token = randomUUID();
+  for (let step = 0; step < MAX_ACQUIRE_ROUNDS; step++) {
+    const inserted = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
+      runStatement(runner, sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)),
+    );
+    if (inserted === 'restart') return { kind: 'restart' };
+    if (inserted.rows.length > 0) return { kind: 'owned' };
+    const { rows } = await runStatement(runner, sql.readAny(request.key));
+    if (rows.length === 0) continue; // deleted in between: insert again
+    const row = rows[0];
+    const dead = row.dead === true || row.dead === 1;
+    if (dead) {
+      // A dead lease or an expired result: take it over. The row lock makes concurrent
+      // takers wait for this transaction and then find the row alive.
+      const taken = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
+        runStatement(runner, sql.takeOver(request.key, token, request.ttl, request.fingerprint)),
+      );
+      if (taken === 'restart') return { kind: 'restart' };
+      if (taken.rows.length > 0) return { kind: 'owned' };
+      continue;
+    }
+    const storedFingerprint = row.fingerprint ?? undefined;
+    if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
+      throw new IdempotencyFingerprintMismatchError();
+    }
+    if (row.status === 'completed') return { kind: 'replay', result: String(row.result) };
+    // A live lease taken through the non-transactional claim() path with the same key.
+    const leaseEnd = Number(row.lease_expires_at);
+    return { kind: 'in_flight', retryAfterMs: Math.max(1_000, leaseEnd - Date.now()) };
+  }
+  return { kind: 'restart' };
+}
+
+/**
+ * Runs one record statement of the acquisition on PostgreSQL: bounds its wait on the
+ * unique index or row lock (`lock_timeout`, transaction-local) and maps a serialization
+ * failure (stricter isolation levels) to a restart.
+ */
+async function guardRecordStatement<R>(
+  runner: QueryRunner,
+  sql: RecordSql,
+  waitTimeout: number | undefined,
+  nested: boolean,
+  fn: () => Promise<R>,
+): Promise<R | 'restart'> {
+  if (sql.dialect !== 'postgres') return fn();
+  // A savepoint keeps a failed insert from aborting the caller's outer transaction, and
+  // rolling back to it also reverts the lock_timeout set after it.
+  if (nested) await runner.query('SAVEPOINT nestjs_idempotency_acquire');
+  try {
+    let previous: string | undefined;
+    if (waitTimeout !== undefined) {
+      const rows = (await runner.query(`SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $1, true)`, [
+        `${Math.max(1, Math.ceil(waitTimeout))}ms`,
+      ])) as Array<{ previous: string }>;
+      previous = rows[0].previous;
+    }
+    const result = await fn();
+    if (previous !== undefined) await runner.query(`SELECT set_config('lock_timeout', $1, true)`, [previous]);
+    if (nested) await runner.query('RELEASE SAVEPOINT nestjs_idempotency_acquire');
+    return result;
+  } catch (error) {
+    if (nested) await runner.query('ROLLBACK TO SAVEPOINT nestjs_idempotency_acquire');
+    const code = sqlStateOf(error);
+    if (code === '55P03') throw new IdempotencyInFlightError(waitTimeout ?? 1_000);
+    if ((code === '40001' || code === '40P01') && !nested) return 'restart';
+    throw error;
+  }
+}
+
+function sqlStateOf(error: unknown): string | undefined {
+  const candidate = error as { code?: unknown; driverError?: { code?: unknown } };
+  const code = candidate?.driverError?.code ?? candidate?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+function validateTtl(ttl: number): void {
+  if (!Number.isInteger(ttl) || ttl < 1) {
+    throw new IdempotencyConfigurationError(
+      `The idempotency ttl must be a positive integer of ms, got ${ttl}.`,
+      'Pass ttl in milliseconds, e.g. 86400000 for 24 h.',
+    );
+  }
+}
+
+const recordSqlCache = new WeakMap<DataSource, Map<string, RecordSql>>();
+
+/** @internal The record SQL for a table of a DataSource (cached; the DataSource's schema applies to unqualified names). */
+export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE): RecordSql {
+  let byTable = recordSqlCache.get(dataSource);
+  if (!byTable) recordSqlCache.set(dataSource, (byTable = new Map()));
+  let sql = byTable.get(tableName);
+  if (!sql) {
+    const table = parseTableName(tableName, defaultSchemaOf(dataSource));
+    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table) : sqliteRecordSql(table);
+    byTable.set(tableName, sql);
+  }
+  return sql;
+}
+
+export interface IdempotentTransactionOptions extends TransactionTuning {
+  /** The client's idempotency key (e.g. a message id); hashed with the scope, never stored raw. */
+  key: string | number;
+  /**
+   * Namespace of the keys, so two operations with equal keys stay independent.
+   * @default 'transaction'
+   */
+  scope?: string;
+  /** Retention of the stored result, ms. @default 86400000 (24 h) */
+  ttl?: number;
+  /**
+   * What identifies the request (e.g. the message body): hashed with `fingerprintOf`. The
+   * same key with other material throws `IdempotencyFingerprintMismatchError`.
+   * @default undefined (not checked)
+   */
+  fingerprint?: unknown;
+  /**
+   * Records table, `'table'` or `'schema.table'`; must match the store's when both are used.
+   * @default 'idempotency_records'
+   */
+  tableName?: string;
+}
+
+export interface IdempotentTransactionResult<T> {
+  /** The work's return value; on a replay, the stored value (JSON round-tripped). */
+  readonly value: T;
+  /** True when this call did not run the work and returned the committed result instead. */
+  readonly replayed: boolean;
+}
+
+/**
+ * Exactly-once work on PostgreSQL (or SQLite): runs `work` in ONE transaction that first
+ * inserts the idempotency record, so the business writes made through `manager` and the
+ * stored result commit together. A concurrent duplicate waits for that commit and gets
+ * the stored result; an error or a crash before commit leaves no trace, so a retry runs
+ * cleanly. The result must be JSON-serializable (duplicates get it JSON round-tripped).
+ *
+ * Do every write of the work through `manager` (or `getIdempotentEntityManager()`): writes
+ * through the DataSource run outside the transaction, and may wait for a pool connection
+ * held by a blocked duplicate.
+ *
+ * @example
+ * const refund = await runIdempotentTransaction(dataSource, { key: message.id, fingerprint: message.body }, async (manager) => {
+ *   await manager.insert(RefundRecord, { idemKey: message.id, amount });
+ *   await manager.decrement(Account, { id: accountId }, 'balance', amount);
+ *   return { refunded: amount };
+ * });
+ */
+export async function runIdempotentTransaction<T>(
+  dataSource: DataSource,
+  options: IdempotentTransactionOptions,
+  work: (manager: EntityManager) => Promise<T>,
+): Promise<T> {
+  return (await executeIdempotentTransaction(dataSource, options, work)).value;
+}
+
+/** `runIdempotentTransaction` that also tells whether the result was replayed. */
+export async function executeIdempotentTransaction<T>(
+  dataSource: DataSource,
+  options: IdempotentTransactionOptions,
+  work: (manager: EntityManager) => Promise<T>,
+): Promise<IdempotentTransactionResult<T>> {
+  if (!options || options.key === undefined || options.key === null) {
+    throw new IdempotencyConfigurationError(
+      'runIdempotentTransaction needs a key.',
+      'Pass { key: message.id } (a string unique per operation).',
+    );
+  }
+  const request: TransactionalRequest = {
+    key: storageKeyOf(options.scope ?? 'transaction', normalizeIdempotencyKey(options.key)),
+    fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),
+    ttl: options.ttl ?? DEFAULT_TTL,
+  };
+  const sql = recordSqlFor(dataSource, options.tableName);
+  const outcome = await runRecordTransaction(
+    dataSource,
+    sql,
+    request,
+    async (manager) => {
+      const value = await work(manager);
+      const reason = unstorableReason(value);
+      const result = serializeOutcome(reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) });
+      return { value, result };
+    },
+    options,
+  );
+  if (outcome.kind === 'executed') return { value: outcome.value, replayed: false };
+  return { value: replayValue(deserializeOutcome(outcome.result)) as T, replayed: true };
+}

@@ -1,0 +1,237 @@
+import { randomUUID } from 'node:crypto';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyConfigurationError, IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from '../../lib/core/errors.js';
+import { storageKeyOf } from '../../lib/core/hash.js';
+import { deserializeOutcome } from '../../lib/core/outcome.js';
+import {
+  TypeOrmIdempotencyStore,
+  executeIdempotentTransaction,
+  getIdempotentEntityManager,
+  runIdempotentTransaction,
+} from '../../lib/typeorm/index.js';
+import { Account, RefundRecord, refundEntities } from './refund.entities.js';
+import { createPgDataSource, sleep } from './support.js';
+
+describe('exactly-once transactions on PostgreSQL', () => {
+  let db: Awaited<ReturnType<typeof createPgDataSource>>;
+  let dataSource: DataSource;
+  let store: TypeOrmIdempotencyStore;
+
+  beforeAll(async () => {
+    db = await createPgDataSource({ entities: refundEntities, poolSize: 12 });
+    dataSource = db.dataSource;
+    store = new TypeOrmIdempotencyStore(dataSource);
+    await store.ensureTable();
+  });
+  afterAll(async () => {
+    await db.destroy();
+  });
+
+  async function newAccount(balance = 1000): Promise<number> {
+    return (await dataSource.getRepository(Account).save({ balance })).id;
+  }
+
+  /** The refund handler of the example: one refund row, one balance change, one result. */
+  function refund(messageId: string, accountId: number, amount: number, counter?: { runs: number }) {
+    return async (manager: EntityManager) => {
+      if (counter) counter.runs++;
+      const row = await manager.save(RefundRecord, manager.create(RefundRecord, { idemKey: messageId, accountId, amount }));
+      await manager.decrement(Account, { id: accountId }, 'balance', amount);
+      await sleep(30); // keep the transaction open while the duplicates pile up on the unique index
+      const { balance } = await manager.findOneByOrFail(Account, { id: accountId });
+      return { refundId: row.id, balance };
+    };
+  }
+
+  it('applies 50 concurrent duplicate refund messages exactly once, and all 50 callers get the same result', async () => {
+    const accountId = await newAccount(1000);
+    const messageId = randomUUID();
+    const counter = { runs: 0 };
+    const outcomes = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        executeIdempotentTransaction(
+          dataSource,
+          { key: messageId, scope: 'refunds', fingerprint: { accountId, amount: 25 } },
+          refund(messageId, accountId, 25, counter),
+        ),
+      ),
+    );
+    expect(counter.runs).toBe(1);
+    expect(outcomes.filter((o) => !o.replayed)).toHaveLength(1);
+    const first = outcomes.find((o) => !o.replayed)!.value;
+    expect(first.balance).toBe(975);
+    for (const outcome of outcomes) expect(outcome.value).toEqual(first);
+    expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(975);
+    expect(await dataSource.getRepository(RefundRecord).countBy({ idemKey: messageId })).toBe(1);
+    // The record is the ordinary completed record, readable through the store.
+    const record = await store.get(storageKeyOf('refunds', messageId));
+    expect(record?.status).toBe('completed');
+    expect(deserializeOutcome(record!.status === 'completed' ? record!.result : '')).toEqual({
+      kind: 'value',
+      value: { t: 'j', v: first },
+    });
+  });
+
+  it('lets a duplicate that waited for a rolled-back first attempt run the work itself', async () => {
+    const accountId = await newAccount(100);
+    const messageId = randomUUID();
+    let attempts = 0;
+    const work = async (manager: EntityManager) => {
+      const attempt = ++attempts;
+      await refund(messageId, accountId, 10)(manager);
+      if (attempt === 1) throw new Error('first attempt fails after writing');
+      return { attempt };
+    };
+    const settled = await Promise.allSettled(
+      Array.from({ length: 8 }, () => runIdempotentTransaction(dataSource, { key: messageId }, work)),
+    );
+    const values = settled.filter((s) => s.status === 'fulfilled').map((s) => (s as PromiseFulfilledResult<{ attempt: number }>).value);
+    expect(settled.filter((s) => s.status === 'rejected')).toHaveLength(1);
+    expect(values).toHaveLength(7);
+    expect(attempts).toBe(2);
+    expect(new Set(values.map((v) => v.attempt))).toEqual(new Set([2]));
+    expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(90);
+    expect(await dataSource.getRepository(RefundRecord).countBy({ idemKey: messageId })).toBe(1);
+  });
+
+  it.each(['REPEATABLE READ', 'SERIALIZABLE'] as const)(
+    'still replays to duplicates that waited under %s isolation',
+    async (isolationLevel) => {
+      const accountId = await newAccount(100);
+      const messageId = randomUUID();
+      const counter = { runs: 0 };
+      const results = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          runIdempotentTransaction(dataSource, { key: messageId, isolationLevel }, refund(messageId, accountId, 10, counter)),
+        ),
+      );
+      expect(counter.runs).toBe(1);
+      for (const result of results) expect(result).toEqual(results[0]);
+      expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(90);
+    },
+  );
+
+  it('refuses the same key with a different fingerprint', async () => {
+    const accountId = await newAccount();
+    const messageId = randomUUID();
+    await runIdempotentTransaction(dataSource, { key: messageId, fingerprint: { amount: 5 } }, refund(messageId, accountId, 5));
+    await expect(
+      runIdempotentTransaction(dataSource, { key: messageId, fingerprint: { amount: 6 } }, refund(messageId, accountId, 6)),
+    ).rejects.toBeInstanceOf(IdempotencyFingerprintMismatchError);
+    expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(995);
+  });
+
+  it('leaves no trace when the work throws, so the retry runs cleanly', async () => {
+    const accountId = await newAccount(50);
+    const messageId = randomUUID();
+    await expect(
+      runIdempotentTransaction(dataSource, { key: messageId }, async (manager) => {
+        await refund(messageId, accountId, 20)(manager);
+        throw new Error('payment provider down');
+      }),
+    ).rejects.toThrow('payment provider down');
+    expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(50);
+    expect(await dataSource.getRepository(RefundRecord).countBy({ idemKey: messageId })).toBe(0);
+    expect(await store.get(storageKeyOf('transaction', messageId))).toBeUndefined();
+    const retried = await runIdempotentTransaction(dataSource, { key: messageId }, refund(messageId, accountId, 20));
+    expect(retried.balance).toBe(30);
+  });
+
+  it('runs the work again once the stored result has expired', async () => {
+    const messageId = randomUUID();
+    let runs = 0;
+    const work = async () => ++runs;
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(1);
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(1);
+    await sleep(60);
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(2);
+  });
+
+  it('gives up waiting after waitTimeout with IdempotencyInFlightError, without disturbing the first transaction', async () => {
+    const messageId = randomUUID();
+    let finishFirst!: () => void;
+    const gate = new Promise<void>((resolve) => (finishFirst = resolve));
+    let entered!: () => void;
+    const started = new Promise<void>((resolve) => (entered = resolve));
+    const first = runIdempotentTransaction(dataSource, { key: messageId }, async () => {
+      entered();
+      await gate;
+      return 'first';
+    });
+    await started;
+    await expect(runIdempotentTransaction(dataSource, { key: messageId, waitTimeout: 100 }, async () => 'second')).rejects.toBeInstanceOf(
+      IdempotencyInFlightError,
+    );
+    finishFirst();
+    expect(await first).toBe('first');
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, waitTimeout: 100 }, async () => 'third')).toBe('first');
+  });
+
+  describe('TypeOrmIdempotencyStore.runTransactional (the @Idempotent({ transactional: true }) path)', () => {
+    it('commits the handler writes made through getIdempotentEntityManager() with the record, readable by the regular methods', async () => {
+      const accountId = await newAccount(500);
+      const key = 'k' + randomUUID().replace(/-/g, '');
+      const outcome = await store.runTransactional({ key, fingerprint: 'fp-1', ttl: 60_000 }, async () => {
+        const manager = getIdempotentEntityManager();
+        await manager.decrement(Account, { id: accountId }, 'balance', 7);
+        return { value: { ok: true }, result: '{"stored":1}' };
+      });
+      expect(outcome).toEqual({ kind: 'executed', value: { ok: true } });
+      expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(493);
+      expect(await store.get(key)).toMatchObject({ status: 'completed', result: '{"stored":1}', fingerprint: 'fp-1' });
+      const claim = await store.claim(key, { token: 't', leaseTtl: 10_000 });
+      expect(claim).toMatchObject({ claimed: false, record: { status: 'completed', result: '{"stored":1}' } });
+      const replay = await store.runTransactional({ key, fingerprint: 'fp-1', ttl: 60_000 }, async () => ({
+        value: { ok: false },
+        result: 'x',
+      }));
+      expect(replay).toEqual({ kind: 'replay', result: '{"stored":1}' });
+      await expect(
+        store.runTransactional({ key, fingerprint: 'fp-2', ttl: 60_000 }, async () => ({ value: 1, result: 'x' })),
+      ).rejects.toBeInstanceOf(IdempotencyFingerprintMismatchError);
+    });
+
+    it('answers IdempotencyInFlightError while the key is leased through the regular claim path', async () => {
+      const key = 'k' + randomUUID().replace(/-/g, '');
+      await store.claim(key, { token: 't', leaseTtl: 10_000 });
+      await expect(store.runTransactional({ key, ttl: 60_000 }, async () => ({ value: 1, result: '1' }))).rejects.toBeInstanceOf(
+        IdempotencyInFlightError,
+      );
+    });
+
+    it('takes over an expired lease of the regular path', async () => {
+      const key = 'k' + randomUUID().replace(/-/g, '');
+      await store.claim(key, { token: 't', leaseTtl: 20 });
+      await sleep(50);
+      expect(await store.runTransactional({ key, ttl: 60_000 }, async () => ({ value: 1, result: 'won' }))).toEqual({
+        kind: 'executed',
+        value: 1,
+      });
+      expect(await store.complete(key, 't', { result: 'stale', ttl: 60_000 })).toBe(false);
+      expect(await store.get(key)).toMatchObject({ status: 'completed', result: 'won' });
+    });
+
+    it('explains getIdempotentEntityManager() outside a transactional handler', () => {
+      expect(() => getIdempotentEntityManager()).toThrow(IdempotencyConfigurationError);
+      expect(() => getIdempotentEntityManager()).toThrow(/outside an idempotent transaction/);
+    });
+  });
+
+  it('joins a nested idempotent transaction to the outer one: both commit or neither', async () => {
+    const outerKey = randomUUID();
+    const innerKey = randomUUID();
+    await expect(
+      runIdempotentTransaction(dataSource, { key: outerKey }, async () => {
+        await runIdempotentTransaction(dataSource, { key: innerKey }, async () => 'inner');
+        throw new Error('outer fails');
+      }),
+    ).rejects.toThrow('outer fails');
+    expect(await store.get(storageKeyOf('transaction', innerKey))).toBeUndefined();
+    const result = await runIdempotentTransaction(dataSource, { key: outerKey }, async (manager) => {
+      expect(getIdempotentEntityManager()).toBe(manager);
+      return runIdempotentTransaction(dataSource, { key: innerKey }, async () => 'inner');
+    });
+    expect(result).toBe('inner');
+    expect(await store.get(storageKeyOf('transaction', innerKey))).toMatchObject({ status: 'completed' });
+  });
+});
