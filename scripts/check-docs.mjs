@@ -1,0 +1,157 @@
+#!/usr/bin/env node
+// Type-checks every ```ts block of the docs, so a snippet cannot drift from the API.
+//
+//   node scripts/check-docs.mjs                    README.md and docs/*.md
+//   node scripts/check-docs.mjs docs/http.md dir/  only these files (directories: their *.md)
+//
+// Each block becomes its own module under .tmp/docs-snippets/ (gitignored): CommonJS
+// like a default Nest application, or an ES module (.mts) when it uses top-level
+// `await` (an unindented line containing `await`), with
+// `nestjs-idempotency[/subpath]` imports pointed at the lib/ sources, and one tsc run
+// checks them all against the root tsconfig. A block opened with ```ts nocheck is
+// skipped (use it for fragments that cannot compile alone). Errors are reported at
+// their markdown file and line.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const require = createRequire(import.meta.url);
+
+/**
+ * Package entry points and the source each one maps to, read from package.json
+ * "exports" (`./dist/esm/x/index.d.ts` is built from `lib/x/index.ts`), so a snippet can
+ * import exactly what users can, and nothing else.
+ */
+const ENTRY_POINTS = entryPointsOf(JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')));
+
+function entryPointsOf(pkg) {
+  const map = {};
+  for (const [subpath, target] of Object.entries(pkg.exports ?? {})) {
+    const types = typeof target === 'object' ? (target.import?.types ?? target.types) : undefined;
+    const match = typeof types === 'string' ? /^\.\/dist\/esm\/(.+)\.d\.ts$/.exec(types) : null;
+    if (!match) continue;
+    map[pkg.name + subpath.slice(1)] = `lib/${match[1]}.js`;
+  }
+  return map;
+}
+
+function markdownFiles(args) {
+  const targets = args.length ? args.map((a) => resolve(a)) : [join(root, 'README.md'), join(root, 'docs')];
+  const files = [];
+  for (const target of targets) {
+    if (!existsSync(target)) {
+      console.error(`check-docs: ${target} does not exist`);
+      process.exit(2);
+    }
+    if (statSync(target).isDirectory()) {
+      for (const name of readdirSync(target).sort()) if (name.endsWith('.md')) files.push(join(target, name));
+    } else {
+      files.push(target);
+    }
+  }
+  return files;
+}
+
+/** Every ```ts / ```typescript block: its code, the line of its first code line, and its flags. */
+function snippetsOf(markdown) {
+  const lines = markdown.split('\n');
+  const snippets = [];
+  let open;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (!open) {
+      const fence = /^(\s*)(`{3,}|~{3,})\s*(ts|typescript)\b(.*)$/.exec(line);
+      if (fence) open = { indent: fence[1].length, fence: fence[2], flags: fence[4].trim().split(/\s+/), firstLine: i + 2, body: [] };
+    } else if (line.trim().startsWith(open.fence) && line.trim().replace(/[`~]/g, '') === '') {
+      snippets.push({ code: open.body.join('\n'), firstLine: open.firstLine, skip: open.flags.includes('nocheck') });
+      open = undefined;
+    } else {
+      open.body.push(line.slice(Math.min(open.indent, line.length - line.trimStart().length)));
+    }
+  }
+  return snippets;
+}
+
+/** Rewrites package imports to the sources, keeping every line where it was. */
+function rewriteImports(code, snippetDir) {
+  return code.replace(/(from\s+|import\s*\(\s*|import\s+)(['"])(nestjs-idempotency(?:\/[a-z0-9-]+)?)\2/g, (match, lead, quote, specifier) => {
+    const target = ENTRY_POINTS[specifier];
+    if (!target) return match;
+    let path = relative(snippetDir, join(root, target)).split('\\').join('/');
+    if (!path.startsWith('.')) path = './' + path;
+    return `${lead}${quote}${path}${quote}`;
+  });
+}
+
+const files = markdownFiles(process.argv.slice(2));
+const workDir = join(root, '.tmp', 'docs-snippets', `run-${process.pid}-${Date.now()}`);
+mkdirSync(workDir, { recursive: true });
+
+const origins = new Map(); // snippet file name -> { md, firstLine }
+let checked = 0;
+let skipped = 0;
+for (const file of files) {
+  const stem = relative(root, file).replace(/[^A-Za-z0-9]+/g, '_');
+  snippetsOf(readFileSync(file, 'utf8')).forEach((snippet, index) => {
+    if (snippet.skip) {
+      skipped++;
+      return;
+    }
+    const extension = /^(?!\s)[^\n]*\bawait\b/m.test(snippet.code) ? '.mts' : '.ts';
+    const name = `${stem}_${String(index + 1).padStart(2, '0')}${extension}`;
+    // `export {}` on the last line makes every snippet a module of its own, so names never clash across snippets.
+    writeFileSync(join(workDir, name), rewriteImports(snippet.code, workDir) + '\nexport {};\n');
+    origins.set(name, { md: relative(root, file), firstLine: snippet.firstLine });
+    checked++;
+  });
+}
+
+function finish(code) {
+  if (!process.env.KEEP_DOCS_SNIPPETS) rmSync(workDir, { recursive: true, force: true });
+  process.exit(code);
+}
+
+if (checked === 0) {
+  console.log(`check-docs: no TypeScript snippets to check in ${files.length} file(s) (${skipped} marked nocheck).`);
+  finish(0);
+}
+
+writeFileSync(
+  join(workDir, 'tsconfig.json'),
+  JSON.stringify(
+    {
+      extends: relative(workDir, join(root, 'tsconfig.json')).split('\\').join('/'),
+      compilerOptions: { noEmit: true, declaration: false, noUnusedLocals: false, noUnusedParameters: false },
+      include: ['./*.ts', './*.mts'],
+    },
+    null,
+    2,
+  ),
+);
+
+const tsc = require.resolve('typescript/bin/tsc');
+const run = spawnSync(process.execPath, [tsc, '-p', join(workDir, 'tsconfig.json'), '--pretty', 'false'], { cwd: root, encoding: 'utf8' });
+const output = (run.stdout ?? '') + (run.stderr ?? '');
+
+// Errors inside snippets are shown at their markdown line; errors elsewhere (lib/) as they are.
+const mapped = output
+  .split('\n')
+  .filter((line) => line.trim() !== '')
+  .map((line) => {
+    const match = /^(.*?)\((\d+),(\d+)\): (.*)$/.exec(line);
+    if (!match) return line;
+    const origin = origins.get(match[1].split(/[\\/]/).pop());
+    if (!origin || !resolve(root, match[1]).startsWith(workDir)) return line;
+    return `${origin.md}:${origin.firstLine + Number(match[2]) - 1}:${match[3]} ${match[4]}`;
+  });
+
+if (run.status !== 0) {
+  console.error(mapped.join('\n'));
+  console.error(`\ncheck-docs: FAILED: type errors in the ${checked} snippet(s) checked from ${files.length} file(s) (set KEEP_DOCS_SNIPPETS=1 to keep ${relative(root, workDir)}).`);
+  finish(1);
+}
+console.log(`check-docs: ${checked} snippet(s) from ${files.length} file(s) type-check (${skipped} marked nocheck).`);
+finish(0);

@@ -1,0 +1,424 @@
+#!/usr/bin/env node
+// `npm run demo`: starts the sample app on its embedded defaults (memory idempotency
+// store, SQLite through sql.js: no service needed) and fires a storm of duplicates at it:
+// retried webhooks, concurrent duplicates, reused keys with another payload, racing
+// stock edits, redelivered messages, double-clicked checkouts, a job started by several
+// schedulers at once, and a process killed with SIGKILL in the middle of a refund. Then
+// it counts every side effect in the database and exits 1 if any happened twice (or
+// went missing). Last, for contrast only, the same kind of storm hits a hand-rolled
+// "check, then act" guard (sample-app/src/demo/naive-refunds.controller.ts).
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const workDir = join(root, '.tmp', `demo-${process.pid}`);
+const sqliteFile = join(workDir, 'sample-app.sqlite');
+const startedAt = Date.now();
+const tty = process.stdout.isTTY;
+const run = randomUUID().slice(0, 8);
+
+// ---------------------------------------------------------------- the app process
+
+let app; // { child, base, output }
+
+function startApp() {
+  return new Promise((resolveStart, rejectStart) => {
+    const child = spawn(process.execPath, ['-r', './test/support/ts-require.js', 'sample-app/src/main.ts'], {
+      cwd: root,
+      env: { ...process.env, PORT: '0', SQLITE_FILE: sqliteFile, SAMPLE_APP_DEMO_HOOKS: '1', REDIS_URL: '', DATABASE_URL: '', AMQP_URL: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      rejectStart(new Error(`the sample app did not start within 60 s:\n${output}`));
+    }, 60_000);
+    const onData = (chunk) => {
+      output += chunk;
+      const match = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output);
+      if (match && !app?.base) {
+        clearTimeout(timer);
+        app = { child, base: match[1], output };
+        resolveStart(app);
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (!app || app.child !== child) rejectStart(new Error(`the sample app exited (${signal ?? code}) before listening:\n${output}`));
+    });
+  });
+}
+
+async function stopApp(signal = 'SIGTERM') {
+  if (!app) return;
+  const { child } = app;
+  app = undefined;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill(signal);
+  const force = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(force);
+}
+
+// ---------------------------------------------------------------- HTTP and bookkeeping
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** One row of the final table per scenario. */
+const rows = [];
+/** The anti-example's row, printed apart and never checked. */
+let contrast;
+const unexpected = [];
+let sent = 0;
+let phase = '';
+
+function progress(line) {
+  phase = line;
+  if (tty) process.stdout.write(`\r\x1b[2K${line} (${sent} requests, ${((Date.now() - startedAt) / 1000).toFixed(1)} s)`);
+  else console.log(line);
+}
+
+async function call(method, path, { key, body, headers = {}, expectFailure = false, allowServerErrors = false } = {}) {
+  sent++;
+  if (tty && sent % 10 === 0) progress(phase);
+  try {
+    const response = await fetch(app.base + path, {
+      method,
+      headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}), ...headers },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(20_000),
+    });
+    const text = await response.text();
+    const result = {
+      status: response.status,
+      replayed: response.headers.get('idempotent-replayed') === 'true',
+      retryAfter: response.headers.get('retry-after'),
+      body: text ? JSON.parse(text) : undefined,
+    };
+    if (result.status >= 500 && !allowServerErrors) unexpected.push(`${method} ${path} -> ${result.status} ${text}`);
+    return result;
+  } catch (error) {
+    if (expectFailure) return { status: 0, error };
+    unexpected.push(`${method} ${path} -> ${error.message}`);
+    return { status: 0, error };
+  }
+}
+
+function tally(results) {
+  const t = { requests: results.length, replays: 0, conflicts: 0, mismatches: 0, other: 0, ok: 0 };
+  for (const r of results) {
+    if (r.status === 409) t.conflicts++;
+    else if (r.status === 422) t.mismatches++;
+    else if (r.status >= 200 && r.status < 300) {
+      t.ok++;
+      if (r.replayed) t.replays++;
+    } else t.other++;
+  }
+  return t;
+}
+
+const stats = async () => (await call('GET', '/stats')).body;
+
+function record(name, results, effects, expected, note = '') {
+  rows.push({ name, ...tally(results), effects, expected, note });
+}
+
+// ---------------------------------------------------------------- scenarios
+
+const refundKeys = new Map(); // key -> amount of the refund that key stands for
+
+async function retriedWebhooks() {
+  progress('1/10 retried refund webhooks');
+  const before = await stats();
+  const results = [];
+  const keys = Array.from({ length: 20 }, (_, i) => [`evt_${run}_retry_${i}`, 100 + i]);
+  // Every webhook is delivered, then retried 4 times (the provider never saw our 200).
+  await Promise.all(
+    keys.map(async ([key, amount]) => {
+      refundKeys.set(key, amount);
+      for (let attempt = 0; attempt < 5; attempt++) results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
+    }),
+  );
+  const after = await stats();
+  record('retried webhooks (20 keys x 5)', results, after.refunds.count - before.refunds.count, keys.length);
+}
+
+async function concurrentDuplicates() {
+  progress('2/10 concurrent duplicate webhooks');
+  const before = await stats();
+  const keys = Array.from({ length: 10 }, (_, i) => [`evt_${run}_burst_${i}`, 200 + i]);
+  const results = [];
+  // 10 copies of each webhook at the same instant; the first holds its transaction open 150 ms.
+  await Promise.all(
+    keys.flatMap(([key, amount]) => {
+      refundKeys.set(key, amount);
+      return Array.from({ length: 10 }, async () =>
+        results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount }, headers: { 'x-demo-delay-ms': '150' } })),
+      );
+    }),
+  );
+  // The ones refused with 409 retry after Retry-After, as a well-behaved sender does.
+  const refused = results.filter((r) => r.status === 409).length;
+  await sleep(1_000);
+  for (const [key, amount] of keys) results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
+  const after = await stats();
+  record('concurrent duplicates (10 keys x 10)', results, after.refunds.count - before.refunds.count, keys.length, `${refused} got 409 + Retry-After, then a replay`);
+}
+
+async function payloadMismatch() {
+  progress('3/10 keys reused with another payload');
+  const before = await stats();
+  const results = [];
+  const reused = [...refundKeys.keys()].slice(0, 5);
+  for (const key of reused) results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount: 99_999 } }));
+  const after = await stats();
+  record('payload mismatch (5 reused keys)', results, after.refunds.count - before.refunds.count, 0, '422, nothing charged');
+}
+
+async function ordersAndMessages() {
+  progress('4/10 orders: retried creates, racing transitions, redelivered messages');
+  const before = await stats();
+  const results = [];
+  const messageResults = [];
+  const orders = [];
+  for (let i = 0; i < 10; i++) {
+    const key = `order_${run}_${i}`;
+    const body = { sku: 'sku_mug', quantity: 1 + (i % 3) };
+    const created = [];
+    for (let attempt = 0; attempt < 3; attempt++) created.push(await call('POST', '/orders', { key, body }));
+    results.push(...created);
+    orders.push({ id: created[0].body.id, quantity: body.quantity });
+  }
+  // "pay" twice at once per order (double click): the state machine makes the second a no-op.
+  await Promise.all(orders.flatMap((o) => [0, 1].map(async () => results.push(await call('POST', `/orders/${o.id}/transitions`, { body: { to: 'paid' } })))));
+  // The broker redelivers every order.paid 5 times, concurrently with the in-process delivery.
+  await Promise.all(
+    orders.flatMap((o) =>
+      Array.from({ length: 5 }, async () =>
+        messageResults.push(await call('POST', '/messages', { body: { id: `order.paid:${o.id}`, type: 'order.paid', orderId: o.id } })),
+      ),
+    ),
+  );
+  await sleep(300); // let the in-process deliveries settle
+  const after = await stats();
+  const shipped = await Promise.all(orders.map(async (o) => (await call('GET', `/orders/${o.id}`)).body.status));
+  if (shipped.some((s) => s !== 'shipped')) unexpected.push(`orders not shipped: ${shipped.join(', ')}`);
+  const reserved = orders.reduce((sum, o) => sum + o.quantity, 0);
+  const stockDrop = before.inventory.sku_mug.stock - after.inventory.sku_mug.stock;
+  if (stockDrop !== reserved) unexpected.push(`sku_mug stock dropped by ${stockDrop}, expected ${reserved}`);
+  record('orders: create x3, pay x2 (10 orders)', results, after.orders - before.orders, orders.length, 'second "pay" is a no-op');
+  const messages = tally(messageResults);
+  rows.push({
+    name: 'order.paid redelivered (10 msgs x 5 + 1)',
+    ...messages,
+    requests: messages.requests + orders.length,
+    replays: messages.requests + orders.length - (after.shipments.count - before.shipments.count),
+    effects: after.shipments.count - before.shipments.count,
+    expected: orders.length,
+    note: `stock -${stockDrop} (expected -${reserved})`,
+  });
+}
+
+async function optimisticLocking() {
+  progress('5/10 racing stock edits (optimistic locking)');
+  const sku = 'sku_cap';
+  const start = (await call('GET', `/inventory/${sku}`)).body;
+  const results = [];
+  const deltas = [5, -3, 7, -2, 4, -1, 6, -8];
+  let applied = 0;
+  // 8 clerks read the same version and save at once; the losers re-read and try again.
+  await Promise.all(
+    deltas.map(async (delta) => {
+      let version = start.version;
+      for (;;) {
+        const r = await call('PATCH', `/inventory/${sku}`, { key: randomUUID(), body: { delta, expectedVersion: version } });
+        results.push(r);
+        if (r.status === 200) return void applied++;
+        if (r.status !== 409) return;
+        version = (await call('GET', `/inventory/${sku}`)).body.version;
+      }
+    }),
+  );
+  const end = (await call('GET', `/inventory/${sku}`)).body;
+  const expectedStock = start.stock + deltas.reduce((a, b) => a + b, 0);
+  if (end.stock !== expectedStock) unexpected.push(`${sku} stock ${end.stock}, expected ${expectedStock} (a lost update)`);
+  record('racing stock edits (8 clerks)', results, end.version - start.version, deltas.length, `stock ${start.stock} -> ${end.stock}, no lost update`);
+}
+
+async function checkoutTokens() {
+  progress('6/10 double-submitted checkouts (one-time tokens)');
+  const before = await stats();
+  const results = [];
+  const carts = Array.from({ length: 5 }, (_, i) => `cart_${run}_${i}`);
+  // The page got one token per cart; the customer double-clicks "pay" four times.
+  await Promise.all(
+    carts.map(async (cartId) => {
+      const { token } = (await call('POST', '/checkout/tokens', { body: { cartId } })).body;
+      const clicks = await Promise.all(Array.from({ length: 4 }, () => call('POST', '/checkout', { body: { cartId, total: 4_200 }, headers: { 'checkout-token': token } })));
+      results.push(...clicks);
+    }),
+  );
+  const after = await stats();
+  record('double-clicked checkouts (5 tokens x 4)', results, after.checkouts - before.checkouts, carts.length, '409 IDEMPOTENCY_TOKEN_USED');
+}
+
+async function lockedSettlement() {
+  progress('7/10 settlement job started by 6 schedulers at once (lock)');
+  const before = await stats();
+  const day = '2026-11-28';
+  const results = await Promise.all(Array.from({ length: 6 }, () => call('POST', '/settlements/run', { body: { day } })));
+  const later = await call('POST', '/settlements/run', { body: { day } });
+  results.push(later);
+  const after = await stats();
+  const totals = new Set(results.map((r) => r.body?.refundsTotal));
+  if (totals.size !== 1) unexpected.push(`settlement runs disagree on the total: ${[...totals].join(', ')}`);
+  rows.push({
+    name: 'settlement job x6 at once, then x1 (lock)',
+    ...tally(results),
+    replays: results.filter((r) => r.body?.replayed === true).length,
+    effects: after.settlements - before.settlements,
+    expected: 1,
+    note: 'one run; the others waited, then replayed',
+  });
+}
+
+async function crashAndRetry() {
+  progress('8/10 SIGKILL in the middle of a refund, restart, retry');
+  const key = `evt_${run}_crash`;
+  const amount = 777;
+  refundKeys.set(key, amount);
+  const before = await stats();
+  const results = [];
+  // The first delivery holds its transaction open for 5 s; the process dies 1 s into it.
+  const doomed = call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount }, headers: { 'x-demo-delay-ms': '5000' }, expectFailure: true });
+  await sleep(1_000);
+  await stopApp('SIGKILL');
+  results.push(await doomed);
+  progress('8/10 restarting the app on the same SQLite file');
+  await startApp();
+  const afterCrash = await stats();
+  const committedBeforeCrash = afterCrash.refunds.keys.includes(key);
+  // The provider retries the killed delivery twice, and a webhook that completed before the crash.
+  results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
+  results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
+  const [oldKey, oldAmount] = [...refundKeys.entries()][0];
+  results.push(await call('POST', '/webhooks/refunds', { key: oldKey, body: { accountId: 'acct_1', amount: oldAmount } }));
+  const after = await stats();
+  record(
+    'crash: SIGKILL mid-refund, restart, retry',
+    results,
+    after.refunds.count - before.refunds.count,
+    1,
+    committedBeforeCrash ? 'killed after commit: retries replay' : 'rolled back by the crash; the retry ran it once',
+  );
+}
+
+/** For contrast only (not part of the checks): the hand-rolled "check, act, record" guard. */
+async function withoutTheLibrary() {
+  progress('9/10 for contrast: the same storm on a hand-rolled check-then-insert guard');
+  const before = await stats();
+  const results = [];
+  const keys = Array.from({ length: 5 }, (_, i) => `naive_${run}_${i}`);
+  await Promise.all(
+    keys.flatMap((key) => Array.from({ length: 10 }, async () => results.push(await call('POST', '/demo/naive-refunds', { key, body: { amount: 100 }, allowServerErrors: true })))),
+  );
+  const after = await stats();
+  const debits = (before.balances.acct_naive - after.balances.acct_naive) / 100;
+  contrast = {
+    name: 'WITHOUT the library: hand-rolled guard',
+    ...tally(results),
+    effects: debits,
+    expected: keys.length,
+    note: `${results.filter((r) => r.status >= 500).length} x 500; ${after.naiveRefunds - before.naiveRefunds} refund rows, ${debits} debits`,
+  };
+}
+
+async function verify() {
+  progress('10/10 counting side effects in the database');
+  const s = await stats();
+  const counts = new Map();
+  for (const key of s.refunds.keys) counts.set(key, (counts.get(key) ?? 0) + 1);
+  const duplicated = [...counts].filter(([, n]) => n > 1).map(([k]) => k);
+  const missing = [...refundKeys.keys()].filter((k) => !counts.has(k));
+  const expectedTotal = [...refundKeys.values()].reduce((a, b) => a + b, 0);
+  const shipmentCounts = new Map();
+  for (const key of s.shipments.keys) shipmentCounts.set(key, (shipmentCounts.get(key) ?? 0) + 1);
+  const duplicatedShipments = [...shipmentCounts].filter(([, n]) => n > 1).map(([k]) => k);
+  const balanceOk = s.balance === 1_000_000 - s.refunds.total && s.refunds.total === expectedTotal;
+  return { duplicated, missing, duplicatedShipments, balanceOk, balance: s.balance, expectedBalance: 1_000_000 - expectedTotal };
+}
+
+// ---------------------------------------------------------------- report
+
+function printTable(seconds, check) {
+  const header = ['scenario', 'requests', 'side effects', 'expected', 'replays', '409', '422', 'notes'];
+  const body = rows.map((r) => [r.name, r.requests, r.effects, r.expected, r.replays, r.conflicts, r.mismatches, r.note]);
+  const total = rows.reduce((t, r) => ({ requests: t.requests + r.requests, effects: t.effects + r.effects, expected: t.expected + r.expected, replays: t.replays + r.replays, conflicts: t.conflicts + r.conflicts, mismatches: t.mismatches + r.mismatches }), { requests: 0, effects: 0, expected: 0, replays: 0, conflicts: 0, mismatches: 0 });
+  body.push(['TOTAL', total.requests, total.effects, total.expected, total.replays, total.conflicts, total.mismatches, `${seconds.toFixed(1)} s`]);
+  const cells = [header, ...body].map((row) => row.map(String));
+  const widths = header.map((_, i) => Math.max(...cells.map((row) => row[i].length)));
+  const line = (row) => '| ' + row.map((cell, i) => (i > 0 && i < 7 ? cell.padStart(widths[i]) : cell.padEnd(widths[i]))).join(' | ') + ' |';
+  const rule = '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|';
+  console.log('\n' + line(cells[0]) + '\n' + rule);
+  for (const row of cells.slice(1, -1)) console.log(line(row));
+  console.log(rule + '\n' + line(cells[cells.length - 1]));
+  if (contrast) {
+    const c = [contrast.name, contrast.requests, contrast.effects, contrast.expected, contrast.replays, contrast.conflicts, contrast.mismatches, contrast.note].map(String);
+    console.log(`\nFor contrast, the same kind of storm on a hand-rolled "seen this key? no: debit, then record it" guard\n(sample-app/src/demo/naive-refunds.controller.ts; not part of the checks):\n${line(c)}`);
+  }
+  console.log(
+    `\nside effects executed twice: ${check.duplicated.length + check.duplicatedShipments.length}` +
+      ` | refunds missing: ${check.missing.length}` +
+      ` | balance ${check.balance} (expected ${check.expectedBalance})` +
+      ` | unexpected answers: ${unexpected.length}`,
+  );
+}
+
+async function main() {
+  rmSync(workDir, { recursive: true, force: true });
+  mkdirSync(workDir, { recursive: true });
+  progress('starting the sample app (memory store + SQLite file, no services)');
+  await startApp();
+  await retriedWebhooks();
+  await concurrentDuplicates();
+  await payloadMismatch();
+  await ordersAndMessages();
+  await optimisticLocking();
+  await checkoutTokens();
+  await lockedSettlement();
+  await crashAndRetry();
+  await withoutTheLibrary();
+  const check = await verify();
+  await stopApp();
+  if (tty) process.stdout.write('\r\x1b[2K');
+  printTable((Date.now() - startedAt) / 1000, check);
+  const effectsWrong = rows.filter((r) => r.effects !== r.expected);
+  const failed = check.duplicated.length > 0 || check.duplicatedShipments.length > 0 || check.missing.length > 0 || !check.balanceOk || unexpected.length > 0 || effectsWrong.length > 0;
+  if (failed) {
+    for (const r of effectsWrong) console.error(`FAIL: ${r.name}: ${r.effects} side effects, expected ${r.expected}`);
+    for (const k of check.duplicated) console.error(`FAIL: refund ${k} executed twice`);
+    for (const k of check.duplicatedShipments) console.error(`FAIL: message ${k} shipped twice`);
+    for (const k of check.missing) console.error(`FAIL: refund ${k} never executed`);
+    for (const u of unexpected) console.error(`FAIL: ${u}`);
+    console.error('\nDEMO FAILED');
+    process.exitCode = 1;
+  } else {
+    console.log('every side effect ran exactly once. Run it again: npm run demo');
+  }
+}
+
+main()
+  .catch(async (error) => {
+    console.error('\ndemo crashed:', error);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    await stopApp('SIGKILL').catch(() => {});
+    rmSync(workDir, { recursive: true, force: true });
+  });
