@@ -189,6 +189,8 @@ export class Lease {
   private renewTimer: NodeJS.Timeout | undefined;
   private settled = false;
   private lost = false;
+  /** Until when the lease is ours as far as this process knows (claim or last successful renew + leaseTtl), epoch ms. */
+  private leaseValidUntil: number;
 
   constructor(
     private readonly engine: IdempotencyEngine,
@@ -197,6 +199,7 @@ export class Lease {
     private readonly policy: ExecutionPolicy,
     private readonly startedAt: number,
   ) {
+    this.leaseValidUntil = Date.now() + policy.leaseTtl;
     engine.markRunning(key);
     this.renewTimer = setInterval(() => void this.renew(), Math.max(1, Math.floor(policy.leaseTtl / 3)));
     this.renewTimer.unref();
@@ -283,15 +286,50 @@ export class Lease {
       else this.reportLost(storeLatencyMs);
     } catch (error) {
       emit(this.policy, 'store_error', this.key, this.startedAt, { error, failOpen: false, storeLatencyMs: Date.now() - callStartedAt });
+      // A failed release needs no retry: the lease runs out by itself.
+      if (success !== 'released') this.retryStoreWrite(op, success);
     } finally {
       this.engine.markSettled(this.key);
     }
   }
 
+  /**
+   * The handler's effect happened but its outcome could not be stored (the store blipped).
+   * Giving up would let a retry run the effect a second time once the lease runs out, so
+   * keep trying in the background, with backoff, while the lease is still ours.
+   */
+  private retryStoreWrite(op: () => Promise<boolean>, success: IdempotencyEventType, delay = 50): void {
+    if (Date.now() + delay >= this.leaseValidUntil) {
+      this.reportLost();
+      return;
+    }
+    const timer = setTimeout(() => {
+      const callStartedAt = Date.now();
+      op().then(
+        (owned) => {
+          const storeLatencyMs = Date.now() - callStartedAt;
+          if (owned) emit(this.policy, success, this.key, this.startedAt, { storeLatencyMs });
+          else this.reportLost(storeLatencyMs);
+        },
+        (error: unknown) => {
+          emit(this.policy, 'store_error', this.key, this.startedAt, {
+            error,
+            failOpen: false,
+            storeLatencyMs: Date.now() - callStartedAt,
+          });
+          this.retryStoreWrite(op, success, Math.min(delay * 2, 1_000));
+        },
+      );
+    }, delay);
+    timer.unref();
+  }
+
   private async renew(): Promise<void> {
     if (this.settled) return;
+    const renewStartedAt = Date.now();
     try {
       const owned = await this.policy.store.renew(this.key, this.token, this.policy.leaseTtl);
+      if (owned) this.leaseValidUntil = renewStartedAt + this.policy.leaseTtl;
       if (!owned && !this.settled) {
         clearInterval(this.renewTimer);
         this.reportLost();

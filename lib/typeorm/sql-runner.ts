@@ -146,10 +146,50 @@ export async function withRunner<T>(dataSource: DataSource, dialect: RecordDiale
 }
 
 async function withOwnRunner<T>(dataSource: DataSource, fn: (runner: QueryRunner) => Promise<T>): Promise<T> {
-  const runner = dataSource.createQueryRunner();
+  const runner = createGuardedQueryRunner(dataSource);
   try {
     return await fn(runner);
   } finally {
     await runner.release();
   }
+}
+
+/**
+ * A query runner from a DataSource whose pg clients cannot crash the process.
+ *
+ * node-postgres reports a connection dropped by the server (`pg_terminate_backend`, a
+ * failover) as an 'error' event on the client, and TypeORM leaves some clients without
+ * a listener for a moment, so the event can go unhandled and kill the process (found by
+ * the reliability harness). The query in flight rejects by itself and the pool discards
+ * the broken client, so a listener that ignores the event is all that is needed.
+ */
+export function createGuardedQueryRunner(dataSource: DataSource): QueryRunner {
+  if (!guardedDataSources.has(dataSource)) guardPgClientErrors(dataSource);
+  return dataSource.createQueryRunner();
+}
+
+const guardedDataSources = new WeakSet<DataSource>();
+
+function guardPgClientErrors(dataSource: DataSource): void {
+  const pool = (dataSource.driver as unknown as { master?: PgPoolLike }).master;
+  if (!pool || typeof pool.on !== 'function') return;
+  guardedDataSources.add(dataSource);
+  for (const client of pool._clients ?? []) guardClient(client);
+  pool.on('connect', guardClient);
+}
+
+function guardClient(client: PgClientLike): void {
+  if (!client.listeners('error').includes(ignoreClientError)) client.on('error', ignoreClientError);
+}
+
+function ignoreClientError(): void {}
+
+interface PgClientLike {
+  on(event: 'error', listener: () => void): unknown;
+  listeners(event: 'error'): Function[];
+}
+
+interface PgPoolLike {
+  _clients?: PgClientLike[];
+  on(event: 'connect', listener: (client: PgClientLike) => void): unknown;
 }

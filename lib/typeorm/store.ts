@@ -9,7 +9,7 @@ import type {
   TransactionalResult,
 } from '../core/store.js';
 import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
-import { runStatement, withRunner } from './sql-runner.js';
+import { createGuardedQueryRunner, runStatement, withRunner } from './sql-runner.js';
 import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
 export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
@@ -195,7 +195,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     try {
       const sql = this.sql;
       if (sql.dialect === 'sqlite') return { ran: true, deleted: await this.deleteBatches() };
-      const runner = this.dataSource.createQueryRunner();
+      const runner = createGuardedQueryRunner(this.dataSource);
       try {
         await runner.connect();
         const lockKey = purgeLockKeyOf(sql.table.quoted);
