@@ -78,8 +78,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
           (settleError: unknown) => subscriber.error(settleError),
         );
       };
-      this.start(context, config, adapter, next, service).then((source) => {
-        if (closed) return;
+      this.start(context, config, adapter, next, service).then(({ source, lease }) => {
+        if (closed) {
+          // The caller left between the claim and the handler: the handler never ran, but
+          // the key is claimed; abandon it like any cancellation (the lease runs out).
+          if (lease) {
+            lease.abandon();
+            void adapter.settle?.(context, config, 'abandoned');
+          }
+          return;
+        }
         inner = source.subscribe({ next: (value) => subscriber.next(value), error: fail, complete: () => subscriber.complete() });
       }, fail);
       return () => {
@@ -125,7 +133,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     adapter: TransportAdapter,
     next: CallHandler,
     service: IdempotencyService,
-  ): Promise<Observable<unknown>> {
+  ): Promise<{ source: Observable<unknown>; lease?: Lease }> {
     let request: ExecutionRequest | undefined;
     try {
       request = await this.prepare(context, config, adapter);
@@ -134,16 +142,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
       throw error;
     }
-    if (!request) return this.settleAfter(context, config, adapter, next.handle());
-    if (config.options.transactional) return this.runTransactional(context, config, adapter, request, next);
+    if (!request) return { source: this.settleAfter(context, config, adapter, next.handle()) };
+    if (config.options.transactional) return { source: this.runTransactional(context, config, adapter, request, next) };
     const admission = await service.engine.admit(request, config.policy);
     switch (admission.kind) {
       case 'replay':
-        return this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, admission.outcome, config));
+        return { source: this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, admission.outcome, config)) };
       case 'unprotected':
-        return this.settleAfter(context, config, adapter, next.handle());
+        return { source: this.settleAfter(context, config, adapter, next.handle()) };
       default:
-        return this.execute(context, config, adapter, admission.lease, next);
+        return { source: this.execute(context, config, adapter, admission.lease, next), lease: admission.lease };
     }
   }
 

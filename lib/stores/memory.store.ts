@@ -19,10 +19,17 @@ export interface MemoryIdempotencyStoreOptions {
  *
  * Two insertion-ordered maps keep eviction O(1): completed records are evicted from
  * the head of theirs, and leases live apart so they are never evicted.
+ *
+ * The head of each map is read through a cursor that lives across calls. A V8 Map
+ * keeps deleted entries as holes until it rehashes, and a fresh iterator walks over
+ * every hole from the start: with a full store that evicts on every claim, that made
+ * each claim scan thousands of holes. A cursor passes each hole once.
  */
 export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly leases = new Map<string, InProgressRecord>();
   private readonly completed = new Map<string, CompletedRecord>();
+  private readonly completedHead = new MapHead(this.completed);
+  private readonly leasesHead = new MapHead(this.leases);
   readonly maxEntries: number;
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
@@ -83,6 +90,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now();
     const lease = this.ownedLease(key, token, now);
     if (!lease) return false;
+    // Moved to the end rather than replaced in place, so the map stays in insertion order for sweeping.
+    this.leases.delete(key);
     this.leases.set(key, { ...lease, leaseExpiresAt: now + leaseTtl });
     return true;
   }
@@ -102,6 +111,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   clear(): void {
     this.leases.clear();
     this.completed.clear();
+    this.leasesHead.reset();
+    this.completedHead.reset();
   }
 
   private ownedLease(key: string, token: string, now: number): InProgressRecord | undefined {
@@ -125,20 +136,66 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   /** Bounded work per call: drops a few expired records from the head of each map. */
   private sweepHead(now: number): void {
-    for (const map of [this.completed, this.leases] as Map<string, IdempotencyRecord>[]) {
-      let budget = 2;
-      for (const [key, record] of map) {
-        const expiry = record.status === 'completed' ? record.expiresAt : record.leaseExpiresAt;
-        if (expiry > now || budget-- === 0) break;
-        map.delete(key);
-      }
-    }
+    this.completedHead.dropExpired(now, 2);
+    this.leasesHead.dropExpired(now, 2);
   }
 
   private evictOneCompleted(): boolean {
-    const oldest = this.completed.keys().next();
-    if (oldest.done) return false;
-    this.completed.delete(oldest.value);
+    return this.completedHead.deleteOldest();
+  }
+}
+
+/**
+ * The oldest entry of an insertion-ordered Map, read through one long-lived key
+ * iterator. Map iterators stay valid while the map changes and see entries added
+ * later, so each entry (and each hole a deletion leaves) is passed once, not on every
+ * call. An entry is recognised by its record object, so a key deleted and set again
+ * (now at the end of the map) is not mistaken for the oldest.
+ */
+class MapHead<R extends IdempotencyRecord> {
+  private cursor: Iterator<[string, R]> | undefined;
+  private current: [string, R] | undefined;
+
+  constructor(private readonly map: Map<string, R>) {}
+
+  /** The oldest entry still in the map, or undefined when it is empty. */
+  private peek(): [string, R] | undefined {
+    for (;;) {
+      if (this.current !== undefined && this.map.get(this.current[0]) === this.current[1]) return this.current;
+      this.cursor ??= this.map.entries();
+      const next = this.cursor.next();
+      if (next.done) {
+        // An exhausted iterator never sees later entries: start a new one next time.
+        this.cursor = undefined;
+        this.current = undefined;
+        return undefined;
+      }
+      this.current = next.value;
+    }
+  }
+
+  /** Deletes up to `budget` expired records from the head; stops at the first live one. */
+  dropExpired(now: number, budget: number): void {
+    while (budget-- > 0) {
+      const entry = this.peek();
+      if (entry === undefined) return;
+      const record = entry[1];
+      const expiry = record.status === 'completed' ? record.expiresAt : record.leaseExpiresAt;
+      if (expiry > now) return;
+      this.map.delete(entry[0]);
+    }
+  }
+
+  /** Deletes the oldest record; false when the map is empty. */
+  deleteOldest(): boolean {
+    const entry = this.peek();
+    if (entry === undefined) return false;
+    this.map.delete(entry[0]);
     return true;
+  }
+
+  reset(): void {
+    this.cursor = undefined;
+    this.current = undefined;
   }
 }

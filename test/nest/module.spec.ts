@@ -185,6 +185,19 @@ describe('cancellation', () => {
         interceptor.intercept(retryCtx, { handle: () => never }).subscribe({ error: resolve, next: resolve }),
       );
       expect((retry as { getStatus(): number }).getStatus()).toBe(409);
+
+      // Unsubscribed before the claim even resolved: the handler never runs, and the
+      // claimed lease is abandoned (its renewal stops) rather than left renewing forever.
+      events.length = 0;
+      let handlerCalls = 0;
+      const early = {
+        ...context,
+        switchToHttp: () => ({ getRequest: () => ({ ...req, headers: { 'idempotency-key': 'gone-early' } }), getResponse: () => res }),
+      };
+      interceptor.intercept(early, { handle: () => (handlerCalls++, never) }).subscribe().unsubscribe();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(handlerCalls).toBe(0);
+      expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);
     } finally {
       await app.close();
     }

@@ -1,0 +1,172 @@
+/**
+ * The application under load, run in a child process of bench/run.ts so that the load
+ * generator never shares an event loop with it:
+ *
+ *   node -r ./test/support/ts-require.js bench/app.ts   (forked with an IPC channel)
+ *
+ * One POST handler, mounted bare and once per store under `@Idempotent`. The parent
+ * asks for store call counts over IPC before and after every run.
+ */
+import 'reflect-metadata';
+import {
+  Body,
+  Controller,
+  HttpCode,
+  Injectable,
+  Module,
+  Post,
+  UseInterceptors,
+  type CallHandler,
+  type ExecutionContext,
+  type INestApplication,
+  type NestInterceptor,
+  type Type,
+} from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import { NestFactory } from '@nestjs/core';
+import { loadLib } from './lib.js';
+import { openStores, type BenchStore, type StoreName } from './stores.js';
+
+export interface AppConfig {
+  platform: 'express' | 'fastify';
+  stores: StoreName[];
+  /** How long the in-flight conflict handler runs, ms. */
+  slowMs: number;
+  runId: string;
+  autoPipelining: boolean;
+  redisUrl?: string;
+  postgresUrl?: string;
+}
+
+export type ParentMessage = { id: number; type: 'counts' } | { id: number; type: 'close' };
+export type ChildMessage =
+  | { type: 'ready'; port: number; stores: StoreName[] }
+  | { type: 'failed'; error: string }
+  | {
+      id: number;
+      type: 'counts';
+      counts: Partial<Record<StoreName, { calls: Record<string, number>; backend: number }>>;
+      rss: number;
+      /** CPU time this process has used (user + system), µs: per-request CPU survives a busy machine better than req/s. */
+      cpuMicros: number;
+    }
+  | { id: number; type: 'closed' };
+
+const { Idempotent, IdempotencyModule } = loadLib();
+
+/** Retention of bench records: long enough for one bench, short enough not to litter a shared Redis. */
+const TTL = 10 * 60 * 1000;
+
+interface ChargeBody {
+  amount: number;
+}
+
+/** The handler every variant shares: a little real work, a small JSON answer. */
+function charge(body: ChargeBody, counter: { n: number }): { id: string; amount: number; status: string } {
+  return { id: `ch_${++counter.n}`, amount: body.amount, status: 'succeeded' };
+}
+
+/** Does nothing: the price of having any interceptor at all on a Nest route. */
+@Injectable()
+class NoopInterceptor implements NestInterceptor {
+  intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return next.handle();
+  }
+}
+
+function buildControllers(stores: BenchStore[], slowMs: number): Type<unknown>[] {
+  const counter = { n: 0 };
+  const sleep = () => new Promise((resolve) => setTimeout(resolve, slowMs));
+
+  @Controller()
+  class BareController {
+    @Post('bare')
+    @HttpCode(201)
+    bare(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+
+    @Post('interceptor')
+    @HttpCode(201)
+    @UseInterceptors(NoopInterceptor)
+    withInterceptor(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+  }
+
+  const controllers: Type<unknown>[] = [BareController];
+  // One controller per store: @Idempotent options (the store) are per handler.
+  for (const { name, store } of stores) {
+    @Controller(name)
+    class StoreController {
+      @Post('first')
+      @Idempotent({ store, ttl: TTL })
+      first(@Body() body: ChargeBody) {
+        return charge(body, counter);
+      }
+
+      @Post('slow')
+      @Idempotent({ store, ttl: TTL })
+      async slow(@Body() body: ChargeBody) {
+        await sleep();
+        return charge(body, counter);
+      }
+    }
+    Object.defineProperty(StoreController, 'name', { value: `${name[0].toUpperCase()}${name.slice(1)}Controller` });
+    controllers.push(StoreController);
+  }
+  return controllers;
+}
+
+async function start(config: AppConfig): Promise<{ app: INestApplication; stores: BenchStore[] }> {
+  const stores = await openStores(config.stores, {
+    runId: config.runId,
+    autoPipelining: config.autoPipelining,
+    redisUrl: config.redisUrl,
+    postgresUrl: config.postgresUrl,
+  });
+  @Module({ imports: [IdempotencyModule.forRoot({ isGlobal: true })], controllers: buildControllers(stores, config.slowMs) })
+  class BenchModule {}
+
+  let app: INestApplication;
+  if (config.platform === 'fastify') {
+    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
+    app = await NestFactory.create(BenchModule, new FastifyAdapter() as never, { logger: false });
+  } else {
+    app = await NestFactory.create(BenchModule, { logger: false });
+  }
+  await app.listen(0, '127.0.0.1');
+  return { app, stores };
+}
+
+if (require.main === module) {
+  const config = JSON.parse(process.env.BENCH_APP_CONFIG ?? '{}') as AppConfig;
+  const send = (message: ChildMessage) => process.send!(message);
+  // The parent died (Ctrl-C, a crash): do not stay behind holding a port and store connections.
+  process.once('disconnect', () => process.exit(0));
+  start(config).then(
+    ({ app, stores }) => {
+      const address = app.getHttpServer().address() as { port: number };
+      process.on('message', (message: ParentMessage) => {
+        if (message.type === 'counts') {
+          const counts: Record<string, { calls: Record<string, number>; backend: number }> = {};
+          for (const s of stores) counts[s.name] = { calls: { ...s.store.counts }, backend: s.backendCalls() };
+          const cpu = process.cpuUsage();
+          send({ id: message.id, type: 'counts', counts, rss: process.memoryUsage().rss, cpuMicros: cpu.user + cpu.system });
+        } else if (message.type === 'close') {
+          void (async () => {
+            await app.close();
+            for (const s of stores) await s.close().catch(() => undefined);
+            send({ id: message.id, type: 'closed' });
+            process.exit(0);
+          })();
+        }
+      });
+      send({ type: 'ready', port: address.port, stores: stores.map((s) => s.name) });
+    },
+    (error: unknown) => {
+      send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,801 @@
+/**
+ * What idempotency costs, per store, against the bare handler, in one run:
+ *
+ *   npm run bench                                   # Express then Fastify, ~5 min
+ *   npm run bench -- --platform express --duration 1 --rounds 1   # a quick look
+ *
+ * The app runs in a child process (bench/app.ts); autocannon drives it from this
+ * process. Runs are interleaved (bare, store A, bare, store B, ..., bare) and every
+ * store figure is divided by the mean of the two bare runs around it, so drift of a
+ * shared machine cancels out; the report gives medians over rounds.
+ */
+import autocannon from 'autocannon';
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import type { AppConfig, ChildMessage, ParentMessage } from './app.js';
+import type { FunctionsResult } from './functions.js';
+import type { MemoryBoundResult } from './memory-bound.js';
+import { median, round } from './stats.js';
+import { ALL_STORES, storeModuleReady, type StoreName } from './stores.js';
+
+export type Platform = 'express' | 'fastify';
+export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
+const HTTP_CASES: readonly HttpCase[] = ['first', 'replay', 'conflict', 'latency'];
+export type CaseName = HttpCase | 'functions' | 'memory';
+const ALL_CASES: readonly CaseName[] = [...HTTP_CASES, 'functions', 'memory'];
+
+export interface BenchOptions {
+  /** @default ['express', 'fastify'] */
+  platforms: Platform[];
+  /** Seconds per timed run (first execution and replay; conflict runs half as long, at least 1 s). @default 2 */
+  duration: number;
+  /** @default 3 */
+  rounds: number;
+  /** @default 50 */
+  connections: number;
+  /**
+   * Connections of the latency case: first executions from so few connections that
+   * requests do not queue, so the added latency is the store's and not queueing.
+   * (autocannon's fixed-rate mode sends in bursts once a second, which queues too.)
+   * @default 1
+   */
+  latencyConnections: number;
+  /** @default every store whose module exists */
+  stores: StoreName[];
+  /** @default every case */
+  cases: CaseName[];
+  /** ioredis enableAutoPipelining. @default true */
+  autoPipelining: boolean;
+  /** @default $REDIS_URL or 'redis://127.0.0.1:6379' */
+  redisUrl: string;
+  /** @default $DATABASE_URL or 'postgres://postgres@127.0.0.1:5432/test' */
+  postgresUrl: string;
+  /** Where the JSON goes. @default bench/results/latest.json */
+  out: string;
+  /** Unique keys pushed through the memory store for the RSS figure. @default 100000 */
+  memoryKeys: number;
+  /** @default 10000 */
+  memoryMaxEntries: number;
+  /** Replace the table in docs/performance.md (only when `out` is the default). @default true */
+  updateDocs: boolean;
+  /** Directory for V8 CPU profiles of the app process (`node --cpu-prof`); none when unset. */
+  cpuProfileDir?: string;
+}
+
+/** One autocannon run, reduced to what the report needs. */
+export interface RunSample {
+  rps: number;
+  p50: number;
+  p99: number;
+  requests: number;
+  non2xx: number;
+  errors: number;
+  /** CPU time of the app process per request sent, µs (user + system). */
+  cpuMicrosPerRequest?: number;
+  storeCalls?: number;
+  backendCalls?: number;
+  serverCommands?: number;
+}
+
+/** A decorated route: one per store, plus a no-op interceptor as the floor of any interceptor. */
+export type Variant = StoreName | 'interceptor';
+
+export interface CaseSummary {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Medians over rounds of store / mean(bare before, bare after). */
+  rpsRatio: number;
+  p50Ratio: number;
+  p99Ratio: number;
+  /** Median over rounds of store p99 − bare p99, ms. */
+  addedP99Ms: number;
+  /** App process CPU per request, µs: less sensitive to a busy machine than req/s. */
+  cpuMicrosPerRequest: number;
+  /** Median over rounds of store CPU/request − bare CPU/request, µs. */
+  addedCpuMicrosPerRequest: number;
+  /** Calls to the IdempotencyStore per request sent, counted by a wrapper. */
+  storeCallsPerRequest?: number;
+  /** Commands (Redis) or queries (PostgreSQL) sent by the backend client per request, counted at the client. */
+  backendCallsPerRequest?: number;
+  /** Redis only: EVAL + EVALSHA calls per request from INFO commandstats deltas (the server is shared: an upper bound). */
+  serverCommandsPerRequest?: number;
+  /** Non-2xx answers over all rounds (the conflict case expects 409s). */
+  non2xx: number;
+  errors: number;
+  rounds: RunSample[];
+}
+
+export interface PlatformResult {
+  bare: { rps: number; p50Ms: number; p99Ms: number; cpuMicrosPerRequest: number; rounds: RunSample[] };
+  cases: Partial<Record<HttpCase, Partial<Record<Variant, CaseSummary>>>>;
+}
+
+export interface BenchResult {
+  generatedAt: string;
+  machine: { node: string; cpus: number; cpuModel: string; loadAverageAtStart: number[] };
+  options: Omit<BenchOptions, 'out'>;
+  http: Partial<Record<Platform, PlatformResult>>;
+  functions?: FunctionsResult;
+  memory?: { bounded: MemoryBoundResult; unbounded: MemoryBoundResult };
+  targets: TargetCheck[];
+}
+
+export interface TargetCheck {
+  name: string;
+  target: string;
+  measured: string;
+  met: boolean;
+}
+
+const ROOT = resolve(__dirname, '..');
+const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
+const DOCS = join(ROOT, 'docs', 'performance.md');
+const DOCS_START = '<!-- bench:results:start -->';
+const DOCS_END = '<!-- bench:results:end -->';
+
+/** Puts the report between the markers of docs/performance.md, so the doc shows the latest run. */
+function updateDocs(report: string): void {
+  if (!existsSync(DOCS)) return;
+  const doc = readFileSync(DOCS, 'utf8');
+  const start = doc.indexOf(DOCS_START);
+  const end = doc.indexOf(DOCS_END);
+  if (start < 0 || end < start) return;
+  writeFileSync(DOCS, doc.slice(0, start + DOCS_START.length) + '\n' + report.trim() + '\n' + doc.slice(end));
+  process.stderr.write(`Updated ${DOCS}\n`);
+}
+const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
+/** Batches of unique keys pushed through the bounded memory store: enough to see RSS level off. */
+const MEMORY_BATCHES = 5;
+const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
+
+export function parseArgs(argv: string[]): BenchOptions {
+  const options: BenchOptions = {
+    platforms: ['express', 'fastify'],
+    duration: 2,
+    rounds: 3,
+    connections: 50,
+    latencyConnections: 1,
+    stores: ALL_STORES.filter(storeModuleReady),
+    cases: [...ALL_CASES],
+    autoPipelining: true,
+    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    out: DEFAULT_OUT,
+    memoryKeys: 100_000,
+    memoryMaxEntries: 10_000,
+    updateDocs: true,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i].split('=', 2);
+    const value = () => inline ?? argv[++i];
+    const list = () =>
+      value()
+        .split(',')
+        .map((v) => v.trim())
+        .filter(Boolean);
+    switch (flag) {
+      case '--platform':
+        options.platforms = list().flatMap((p) => (p === 'both' ? ['express', 'fastify'] : [p])) as Platform[];
+        break;
+      case '--duration':
+        options.duration = Number(value());
+        break;
+      case '--rounds':
+        options.rounds = Number(value());
+        break;
+      case '--connections':
+        options.connections = Number(value());
+        break;
+      case '--latency-connections':
+        options.latencyConnections = Number(value());
+        break;
+      case '--stores':
+        options.stores = list() as StoreName[];
+        break;
+      case '--cases':
+        options.cases = list() as CaseName[];
+        break;
+      case '--redis-url':
+        options.redisUrl = value();
+        break;
+      case '--postgres-url':
+        options.postgresUrl = value();
+        break;
+      case '--no-auto-pipelining':
+        options.autoPipelining = false;
+        break;
+      case '--out':
+        options.out = resolve(value());
+        break;
+      case '--memory-keys':
+        options.memoryKeys = Number(value());
+        break;
+      case '--memory-max-entries':
+        options.memoryMaxEntries = Number(value());
+        break;
+      case '--no-docs':
+        options.updateDocs = false;
+        break;
+      case '--cpu-prof':
+        options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'));
+        break;
+      case '--help':
+        process.stdout.write(
+          'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
+            '  [--stores memory,redis,typeorm] [--cases first,replay,conflict,latency,functions,memory] [--no-auto-pipelining] [--out file]\n' +
+            '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
+            '  [--no-docs]          leave docs/performance.md alone\n' +
+            '  [--redis-url url] [--postgres-url url]   servers of the Redis and TypeORM stores\n',
+        );
+        return process.exit(0);
+      default:
+        throw new Error(`Unknown option ${flag}; see --help.`);
+    }
+  }
+  for (const p of options.platforms) if (p !== 'express' && p !== 'fastify') throw new Error(`--platform: unknown platform ${p}`);
+  for (const s of options.stores) if (!ALL_STORES.includes(s)) throw new Error(`--stores: unknown store ${s}`);
+  for (const c of options.cases) if (!ALL_CASES.includes(c)) throw new Error(`--cases: unknown case ${c}`);
+  if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1) || !(options.latencyConnections >= 1)) {
+    throw new Error('--duration, --rounds, --connections and --latency-connections must be positive numbers.');
+  }
+  return options;
+}
+
+/** The app under load, in its own process, with a request/response channel over IPC. */
+class AppProcess {
+  private nextId = 1;
+  private readonly waiting = new Map<number, (message: ChildMessage) => void>();
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly port: number,
+    readonly stores: StoreName[],
+  ) {
+    child.on('message', (message: ChildMessage) => {
+      if ('id' in message) {
+        this.waiting.get(message.id)?.(message);
+        this.waiting.delete(message.id);
+      }
+    });
+  }
+
+  static start(config: AppConfig, cpuProfileDir?: string): Promise<AppProcess> {
+    const child = fork(join(__dirname, 'app.ts'), [], {
+      execArgv: [...(cpuProfileDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfileDir] : []), '-r', TS_REQUIRE],
+      env: { ...process.env, BENCH_APP_CONFIG: JSON.stringify(config) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new Promise((resolvePromise, reject) => {
+      const onExit = (code: number | null) => reject(new Error(`bench app exited with code ${code} before it was ready`));
+      child.once('exit', onExit);
+      child.once('message', (message: ChildMessage) => {
+        child.off('exit', onExit);
+        if (message.type === 'ready') resolvePromise(new AppProcess(child, message.port, message.stores));
+        else {
+          child.kill('SIGKILL');
+          reject(new Error(`bench app failed to start: ${'error' in message ? message.error : JSON.stringify(message)}`));
+        }
+      });
+    });
+  }
+
+  request<T extends ChildMessage>(message: Omit<ParentMessage, 'id'>): Promise<T> {
+    const id = this.nextId++;
+    return new Promise((resolvePromise) => {
+      this.waiting.set(id, resolvePromise as (m: ChildMessage) => void);
+      this.child.send({ ...message, id } as ParentMessage);
+    });
+  }
+
+  async counts(): Promise<Extract<ChildMessage, { type: 'counts' }>> {
+    return this.request({ type: 'counts' });
+  }
+
+  async close(): Promise<void> {
+    const exited = new Promise((r) => this.child.once('exit', r));
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
+    await this.request({ type: 'close' }).catch(() => undefined);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Store counts once the requests still in the server when autocannon stopped have
+ * finished (they were sent, so they count): polled until two reads agree.
+ */
+async function settledCounts(app: AppProcess): Promise<Extract<ChildMessage, { type: 'counts' }>> {
+  let last = await app.counts();
+  for (let i = 0; i < 40; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    const next = await app.counts();
+    if (JSON.stringify(next.counts) === JSON.stringify(last.counts)) return next;
+    last = next;
+  }
+  return last;
+}
+
+/** EVAL/EVALSHA calls the Redis server executed so far (shared server: other clients add to it). */
+async function redisScriptCalls(redis: import('ioredis').Redis): Promise<number> {
+  const info = await redis.info('commandstats');
+  let total = 0;
+  for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) total += Number(match[2]);
+  return total;
+}
+
+interface Target {
+  path: string;
+  /** 'unique' gives every request a new key; otherwise the fixed key sent with each request. */
+  key: 'unique' | string | undefined;
+  duration: number;
+}
+
+interface CannonResult {
+  result: autocannon.Result;
+  /** Every response time, ms at hrtime resolution (autocannon's histogram keeps whole ms and 2xx only). */
+  latencies: Float64Array;
+}
+
+function cannon(port: number, target: Target, connections: number): Promise<CannonResult> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  const unique = target.key === 'unique';
+  if (target.key && !unique) headers['idempotency-key'] = target.key;
+  const prefix = randomBytes(6).toString('hex');
+  let n = 0;
+  let latencies = new Float64Array(65_536);
+  let count = 0;
+  return new Promise((resolvePromise, reject) => {
+    const instance = autocannon(
+      {
+        url: `http://127.0.0.1:${port}`,
+        connections,
+        duration: target.duration,
+        requests: [
+          {
+            method: 'POST',
+            path: target.path,
+            headers,
+            body: BODY,
+            // A new key per request: every request is a first execution.
+            ...(unique
+              ? {
+                  setupRequest: (request: autocannon.Request) => ({
+                    ...request,
+                    headers: { ...headers, 'idempotency-key': `${prefix}-${++n}` },
+                  }),
+                }
+              : {}),
+          },
+        ],
+      },
+      (error, result) => (error ? reject(error) : resolvePromise({ result, latencies: latencies.subarray(0, count) })),
+    );
+    instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTime: number) => {
+      if (count === latencies.length) {
+        const grown = new Float64Array(latencies.length * 2);
+        grown.set(latencies);
+        latencies = grown;
+      }
+      latencies[count++] = responseTime;
+    });
+  });
+}
+
+/** The p-th percentile (0–100) of unsorted values, nearest rank. */
+export function percentile(values: Float64Array, p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+function sampleOf({ result, latencies }: CannonResult): RunSample {
+  return {
+    rps: result.requests.total / result.duration,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    // The requests still in the server when autocannon stops were sent and are served: they count.
+    requests: result.requests.sent,
+    non2xx: result.non2xx,
+    errors: result.errors,
+  };
+}
+
+async function runPlatform(platform: Platform, options: BenchOptions, runId: string, log: (line: string) => void): Promise<PlatformResult> {
+  const httpCases = HTTP_CASES.filter((c) => options.cases.includes(c));
+  const conflictSeconds = Math.max(1, options.duration / 2);
+  const app = await AppProcess.start(
+    {
+      platform,
+      stores: options.stores,
+      slowMs: Math.ceil(conflictSeconds * 1000) + 3_000,
+      runId: `${runId}${platform[0]}`,
+      autoPipelining: options.autoPipelining,
+      redisUrl: options.redisUrl,
+      postgresUrl: options.postgresUrl,
+    },
+    options.cpuProfileDir,
+  );
+  let redis: import('ioredis').Redis | undefined;
+  if (app.stores.includes('redis')) {
+    const { Redis } = await import('ioredis');
+    redis = new Redis(options.redisUrl, { lazyConnect: true });
+    await redis.connect();
+  }
+  try {
+    const allBare: RunSample[] = [];
+    const samples = new Map<string, { sample: RunSample; bareBefore: RunSample; bareAfter?: RunSample }[]>();
+    const variants = (c: HttpCase): Variant[] => (c === 'first' ? [...app.stores, 'interceptor'] : app.stores);
+
+    /** One timed run, with the store calls, backend calls and app CPU it caused. */
+    const measure = async (
+      variant: Variant | 'bare',
+      path: string,
+      key: Target['key'],
+      duration: number,
+      connections?: number,
+    ): Promise<RunSample> => {
+      const before = await app.counts();
+      const serverBefore = variant === 'redis' && redis ? await redisScriptCalls(redis) : 0;
+      const sample = sampleOf(await cannon(app.port, { path, key, duration }, connections ?? options.connections));
+      const after = await settledCounts(app);
+      sample.cpuMicrosPerRequest = (after.cpuMicros - before.cpuMicros) / sample.requests;
+      if (variant !== 'bare' && variant !== 'interceptor') {
+        const sum = (calls: Record<string, number>) => Object.values(calls).reduce((x, y) => x + y, 0);
+        sample.storeCalls = sum(after.counts[variant]!.calls) - sum(before.counts[variant]!.calls);
+        sample.backendCalls = after.counts[variant]!.backend - before.counts[variant]!.backend;
+        if (variant === 'redis' && redis) sample.serverCommands = (await redisScriptCalls(redis)) - serverBefore;
+      }
+      return sample;
+    };
+
+    // Warm-up: every route once, so JIT compilation and pool connections are not measured.
+    const warm = Math.min(0.5, options.duration / 2);
+    await cannon(app.port, { path: '/bare', key: 'unique', duration: warm }, options.connections);
+    await cannon(app.port, { path: '/interceptor', key: 'unique', duration: warm }, options.connections);
+    for (const s of app.stores) {
+      await cannon(app.port, { path: `/${s}/first`, key: 'unique', duration: warm }, options.connections);
+      await cannon(app.port, { path: `/${s}/first`, key: `warm-${runId}`, duration: warm }, options.connections);
+    }
+
+    for (let round = 0; round < options.rounds; round++) {
+      const runBare = async (duration: number, connections?: number) => {
+        const sample = await measure('bare', '/bare', 'unique', duration, connections);
+        // The saturated bare runs describe the bare handler; the few-connection ones only pair with the latency case.
+        if (connections === undefined) allBare.push(sample);
+        return sample;
+      };
+      let bareBefore = await runBare(options.duration);
+      for (const c of httpCases) {
+        const connections = c === 'latency' ? options.latencyConnections : undefined;
+        // The latency case compares with the bare handler on as few connections.
+        if (connections !== undefined) bareBefore = await runBare(options.duration, connections);
+        for (const v of variants(c)) {
+          const duration = c === 'conflict' ? conflictSeconds : options.duration;
+          const path = v === 'interceptor' ? '/interceptor' : c === 'conflict' ? `/${v}/slow` : `/${v}/first`;
+          const key = c === 'first' || c === 'latency' ? 'unique' : `${c}-${runId}-${platform}-${round}`;
+          if (c === 'replay') {
+            // Store the one result first, so the timed run is all replays.
+            await fetch(`http://127.0.0.1:${app.port}${path}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'idempotency-key': key },
+              body: BODY,
+            });
+          }
+          const sample = await measure(v, path, key, duration, connections);
+          log(
+            `  ${platform} round ${round + 1} ${c.padEnd(8)} ${v.padEnd(11)} ${fmt(sample.rps, 0).padStart(6)} req/s  p50 ${fmt(sample.p50)} ms  p99 ${fmt(sample.p99)} ms  ` +
+              `cpu ${fmt(sample.cpuMicrosPerRequest, 0)} µs/req  (bare before: ${fmt(bareBefore.rps, 0)} req/s, ${fmt(bareBefore.cpuMicrosPerRequest, 0)} µs/req)` +
+              `${sample.non2xx ? `  non-2xx ${sample.non2xx}` : ''}`,
+          );
+          const entry: { sample: RunSample; bareBefore: RunSample; bareAfter?: RunSample } = { sample, bareBefore };
+          bareBefore = await runBare(duration, connections);
+          entry.bareAfter = bareBefore;
+          const id = `${c}:${v}`;
+          (samples.get(id) ?? samples.set(id, []).get(id)!).push(entry);
+        }
+      }
+    }
+
+    const result: PlatformResult = {
+      bare: {
+        rps: Math.round(median(allBare.map((b) => b.rps))),
+        p50Ms: round(median(allBare.map((b) => b.p50))),
+        p99Ms: round(median(allBare.map((b) => b.p99))),
+        cpuMicrosPerRequest: round(median(allBare.map((b) => b.cpuMicrosPerRequest!)), 1),
+        rounds: allBare.map(roundSample),
+      },
+      cases: {},
+    };
+    for (const c of httpCases) {
+      const byVariant: Partial<Record<Variant, CaseSummary>> = {};
+      for (const v of variants(c)) {
+        const entries = samples.get(`${c}:${v}`) ?? [];
+        const bareOf = (e: (typeof entries)[number], pick: (r: RunSample) => number) =>
+          (pick(e.bareBefore) + pick(e.bareAfter ?? e.bareBefore)) / 2;
+        const ratio = (pick: (r: RunSample) => number) => round(median(entries.map((e) => pick(e.sample) / bareOf(e, pick))), 3);
+        const perRequest = (pick: (r: RunSample) => number | undefined) =>
+          round(median(entries.map((e) => (pick(e.sample) ?? 0) / e.sample.requests)), 2);
+        const cpu = (r: RunSample) => r.cpuMicrosPerRequest!;
+        byVariant[v] = {
+          rps: Math.round(median(entries.map((e) => e.sample.rps))),
+          p50Ms: round(median(entries.map((e) => e.sample.p50))),
+          p99Ms: round(median(entries.map((e) => e.sample.p99))),
+          rpsRatio: ratio((r) => r.rps),
+          p50Ratio: ratio((r) => r.p50),
+          p99Ratio: ratio((r) => r.p99),
+          addedP99Ms: round(median(entries.map((e) => e.sample.p99 - bareOf(e, (r) => r.p99)))),
+          cpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample))), 1),
+          addedCpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample) - bareOf(e, cpu))), 1),
+          ...(v === 'interceptor'
+            ? {}
+            : {
+                storeCallsPerRequest: perRequest((r) => r.storeCalls),
+                backendCallsPerRequest: perRequest((r) => r.backendCalls),
+                ...(v === 'redis' ? { serverCommandsPerRequest: perRequest((r) => r.serverCommands) } : {}),
+              }),
+          non2xx: entries.reduce((x, e) => x + e.sample.non2xx, 0),
+          errors: entries.reduce((x, e) => x + e.sample.errors, 0),
+          rounds: entries.map((e) => roundSample(e.sample)),
+        };
+      }
+      result.cases[c] = byVariant;
+    }
+    return result;
+  } finally {
+    await redis?.quit().catch(() => undefined);
+    await app.close();
+  }
+}
+
+function roundSample(s: RunSample): RunSample {
+  return {
+    ...s,
+    rps: Math.round(s.rps),
+    p50: round(s.p50),
+    p99: round(s.p99),
+    cpuMicrosPerRequest: round(s.cpuMicrosPerRequest ?? Number.NaN, 1),
+  };
+}
+
+/** Runs a TypeScript entry point in a fresh child and parses the JSON line it prints. */
+function runChild<T>(file: string, config: unknown, nodeFlags: string[] = []): Promise<T> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [...nodeFlags, '-r', TS_REQUIRE, join(__dirname, file), JSON.stringify(config)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`${file} exited with code ${code}`));
+      try {
+        resolvePromise(JSON.parse(out.trim().split('\n').pop()!) as T);
+      } catch (error) {
+        reject(error);
+      }
+    });
+  });
+}
+
+export function checkTargets(result: BenchResult): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  for (const [platform, r] of Object.entries(result.http) as [Platform, PlatformResult][]) {
+    const ratio = (c: HttpCase, s: StoreName, name: string, min: number) => {
+      const v = r.cases[c]?.[s]?.rpsRatio;
+      if (v !== undefined)
+        checks.push({
+          name: `${platform}: ${name}`,
+          target: `≥ ${min.toFixed(2)} × bare req/s`,
+          measured: `${v.toFixed(2)}`,
+          met: v >= min,
+        });
+    };
+    ratio('first', 'memory', 'memory first execution', 0.9);
+    ratio('first', 'redis', 'Redis first execution', 0.8);
+    ratio('replay', 'redis', 'Redis replay', 0.95);
+    ratio('first', 'typeorm', 'PostgreSQL first execution', 0.5);
+    const addedP99 = (c: HttpCase, name: string) => {
+      const added = r.cases[c]?.redis?.addedP99Ms;
+      if (added !== undefined)
+        checks.push({
+          name: `${platform}: Redis added p99, ${name}`,
+          target: '< 1 ms',
+          measured: `${added.toFixed(2)} ms`,
+          met: added < 1,
+        });
+    };
+    addedP99(
+      'latency',
+      `first execution, ${result.options.latencyConnections} connection${result.options.latencyConnections === 1 ? '' : 's'} (no queueing)`,
+    );
+    addedP99('first', `first execution at saturation, ${result.options.connections} connections`);
+  }
+  if (result.memory) {
+    const b = result.memory.bounded;
+    const first = b.afterBatches[0];
+    const last = b.afterBatches[b.afterBatches.length - 1];
+    const maxRss = Math.max(...b.afterBatches.map((s) => s.rssMB));
+    // RSS lags the heap (V8 keeps freed pages for reuse), so "bounded" is: entries capped,
+    // heap flat after the first batch, and RSS no longer growing over the later batches.
+    const rssOfLaterHalf = Math.max(...b.afterBatches.slice(Math.ceil(b.afterBatches.length / 2)).map((s) => s.rssMB));
+    const rssOfEarlierHalf = Math.max(...b.afterBatches.slice(0, Math.ceil(b.afterBatches.length / 2)).map((s) => s.rssMB));
+    const bounded =
+      b.afterBatches.every((s) => s.entries <= b.maxEntries) &&
+      last.heapUsedMB <= first.heapUsedMB * 1.25 + 2 &&
+      rssOfLaterHalf <= rssOfEarlierHalf * 1.1;
+    checks.push({
+      name: `memory store with maxEntries ${b.maxEntries}, ${b.afterBatches.length} × ${b.keys} unique keys`,
+      target: 'entries ≤ maxEntries, heap flat, RSS stops growing',
+      measured: `${last.entries} entries, heap ${first.heapUsedMB} → ${last.heapUsedMB} MB, RSS ${b.before.rssMB} → at most ${maxRss} MB`,
+      met: bounded,
+    });
+  }
+  return checks;
+}
+
+function fmt(value: number | undefined, digits = 2): string {
+  return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits);
+}
+
+const STORE_LABEL: Record<StoreName, string> = { memory: 'memory', redis: 'Redis', typeorm: 'TypeORM/PostgreSQL' };
+const VARIANT_LABEL: Record<Variant, string> = { ...STORE_LABEL, interceptor: 'no-op interceptor (no store)' };
+const CASE_LABEL: Record<HttpCase, string> = {
+  first: 'first execution',
+  replay: 'replay',
+  conflict: 'in-flight conflict (409)',
+  latency: 'first execution, few connections',
+};
+
+export function markdownReport(result: BenchResult): string {
+  const lines: string[] = [];
+  const o = result.options;
+  lines.push(
+    `Run ${result.generatedAt} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
+    `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the bare handler measured just before and after · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
+    '',
+  );
+  for (const [platform, r] of Object.entries(result.http) as [Platform, PlatformResult][]) {
+    lines.push(`### HTTP, ${platform === 'express' ? 'Express' : 'Fastify'}`, '');
+    lines.push(
+      `Bare handler: ${r.bare.rps} req/s, p50 ${fmt(r.bare.p50Ms)} ms, p99 ${fmt(r.bare.p99Ms)} ms, ${fmt(r.bare.cpuMicrosPerRequest, 0)} µs app CPU per request.`,
+      '',
+    );
+    lines.push(
+      '| case | store | req/s | × bare | p50 ms | × bare | p99 ms | × bare | added p99 ms | app CPU µs/req | added CPU µs/req | store calls / req | backend calls / req |',
+    );
+    lines.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+    for (const [c, byVariant] of Object.entries(r.cases) as [HttpCase, Partial<Record<Variant, CaseSummary>>][]) {
+      for (const [v, x] of Object.entries(byVariant) as [Variant, CaseSummary][]) {
+        const backend =
+          v === 'memory' || v === 'interceptor'
+            ? '–'
+            : `${fmt(x.backendCallsPerRequest)}${x.serverCommandsPerRequest !== undefined ? ` (server: ${fmt(x.serverCommandsPerRequest)})` : ''}`;
+        lines.push(
+          `| ${v === 'interceptor' ? 'reference' : c === 'latency' ? `first execution, ${o.latencyConnections} conn.` : CASE_LABEL[c]} | ${VARIANT_LABEL[v]} | ${x.rps} | **${fmt(x.rpsRatio)}** | ${fmt(x.p50Ms)} | ${fmt(x.p50Ratio)} | ${fmt(x.p99Ms)} | ${fmt(x.p99Ratio)} | ${fmt(x.addedP99Ms)} | ` +
+            `${fmt(x.cpuMicrosPerRequest, 0)} | ${fmt(x.addedCpuMicrosPerRequest, 0)} | ${v === 'interceptor' ? '–' : fmt(x.storeCallsPerRequest)} | ${backend} |`,
+        );
+      }
+    }
+    const anomalies = Object.entries(r.cases).flatMap(([c, byStore]) =>
+      Object.entries(byStore ?? {})
+        .filter(([, v]) => (c !== 'conflict' && v!.non2xx > 0) || v!.errors > 0)
+        .map(([s, v]) => `${c}/${s}: ${v!.non2xx} non-2xx, ${v!.errors} errors`),
+    );
+    if (anomalies.length) lines.push('', `Unexpected answers: ${anomalies.join('; ')}.`);
+    lines.push('');
+  }
+  if (result.functions) {
+    lines.push('### makeIdempotent, no HTTP (50 concurrent callers)', '');
+    lines.push('| store | case | calls/s | bare function calls/s | added µs per call | store calls / call |');
+    lines.push('|---|---|--:|--:|--:|--:|');
+    for (const [s, v] of Object.entries(result.functions) as [StoreName, NonNullable<FunctionsResult[StoreName]>][]) {
+      for (const kind of ['first', 'replay'] as const) {
+        const f = v[kind];
+        lines.push(
+          `| ${STORE_LABEL[s]} | ${kind === 'first' ? 'first execution' : 'replay'} | ${f.callsPerSecond} | ${f.bareCallsPerSecond} | ${fmt(f.addedMicrosPerCall)} | ${fmt(f.storeCallsPerCall)} |`,
+        );
+      }
+    }
+    lines.push('');
+  }
+  if (result.memory) {
+    lines.push('### Memory store size under unique keys (makeIdempotent, RSS and heap after GC)', '');
+    const { bounded, unbounded } = result.memory;
+    const batches = bounded.afterBatches.map((_, i) => `after ${((i + 1) * bounded.keys) / 1000}k keys`);
+    lines.push(`| maxEntries | before | ${batches.join(' | ')} |`);
+    lines.push(`|--:|---|${batches.map(() => '---').join('|')}|`);
+    const snap = (m: MemoryBoundResult['before']) => `${m.rssMB} MB RSS, ${m.heapUsedMB} MB heap, ${m.entries} entries`;
+    for (const m of [bounded, unbounded]) {
+      lines.push(
+        `| ${m.maxEntries} | ${snap(m.before)} | ${batches.map((_, i) => (m.afterBatches[i] ? snap(m.afterBatches[i]) : '–')).join(' | ')} |`,
+      );
+    }
+    lines.push('');
+  }
+  if (result.targets.length) {
+    lines.push('### Targets', '');
+    lines.push('| target | wanted | measured | met |');
+    lines.push('|---|---|--:|---|');
+    for (const t of result.targets) lines.push(`| ${t.name} | ${t.target} | ${t.measured} | ${t.met ? 'yes' : '**no**'} |`);
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+export async function runBench(
+  options: BenchOptions,
+  log: (line: string) => void = (l) => process.stderr.write(l + '\n'),
+): Promise<BenchResult> {
+  const runId = randomBytes(4).toString('hex');
+  const missing = ALL_STORES.filter((s) => !options.stores.includes(s));
+  if (missing.length) log(`Stores left out: ${missing.join(', ')}`);
+  const { out: _out, ...shown } = options;
+  const result: BenchResult = {
+    generatedAt: new Date().toISOString(),
+    machine: { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() },
+    options: shown,
+    http: {},
+    targets: [],
+  };
+  const httpCases = options.cases.some((c) => (HTTP_CASES as readonly string[]).includes(c));
+  if (httpCases) {
+    for (const platform of options.platforms) {
+      log(`HTTP on ${platform}: stores ${options.stores.join(', ')}`);
+      result.http[platform] = await runPlatform(platform, options, runId, log);
+    }
+  }
+  if (options.cases.includes('functions')) {
+    const stores = options.stores.filter((s) => s !== 'typeorm');
+    log(`makeIdempotent without HTTP: ${stores.join(', ')}`);
+    result.functions = await runChild<FunctionsResult>('functions.ts', {
+      stores,
+      durationMs: Math.round(Math.min(options.duration, 1) * 1000),
+      rounds: options.rounds,
+      concurrency: options.connections,
+      runId,
+      autoPipelining: options.autoPipelining,
+      redisUrl: options.redisUrl,
+    });
+  }
+  if (options.cases.includes('memory')) {
+    log(`Memory store RSS: ${MEMORY_BATCHES} × ${options.memoryKeys} unique keys`);
+    const bounded = await runChild<MemoryBoundResult>(
+      'memory-bound.ts',
+      { keys: options.memoryKeys, maxEntries: options.memoryMaxEntries, batches: MEMORY_BATCHES },
+      ['--expose-gc'],
+    );
+    // For contrast, a store with room for every key (3 batches are enough to see it grow).
+    const unbounded = await runChild<MemoryBoundResult>(
+      'memory-bound.ts',
+      { keys: options.memoryKeys, maxEntries: options.memoryKeys * 10, batches: 3 },
+      ['--expose-gc'],
+    );
+    result.memory = { bounded, unbounded };
+  }
+  result.targets = checkTargets(result);
+  return result;
+}
+
+if (require.main === module) {
+  const options = parseArgs(process.argv.slice(2));
+  const started = Date.now();
+  runBench(options).then(
+    (result) => {
+      const report = markdownReport(result);
+      mkdirSync(dirname(options.out), { recursive: true });
+      writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
+      writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
+      process.stdout.write('\n' + report + '\n');
+      if (options.updateDocs && options.out === DEFAULT_OUT) updateDocs(report);
+      process.stderr.write(`Wrote ${options.out} in ${Math.round((Date.now() - started) / 1000)} s\n`);
+      process.exit(0);
+    },
+    (error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,184 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { IdempotencyStore } from '../lib/core/index.js';
+import type { Logger as TypeOrmLogger } from 'typeorm';
+import { CountingStore } from './counting-store.js';
+import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
+
+export type StoreName = 'memory' | 'redis' | 'typeorm';
+export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'typeorm'];
+
+export interface BenchStoreOptions {
+  /** @default 'redis://127.0.0.1:6379' */
+  redisUrl?: string;
+  /** ioredis `enableAutoPipelining`. @default true */
+  autoPipelining?: boolean;
+  /** @default 'postgres://postgres@127.0.0.1:5432/test' */
+  postgresUrl?: string;
+  /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
+  runId: string;
+  /**
+   * Records kept by the memory store. The replay key is stored just before its run and
+   * nothing else is added during it, so eviction never removes it.
+   * @default the store's own default (10000)
+   */
+  memoryMaxEntries?: number;
+}
+
+/** A store under test, its call counter and what its backend saw (commands, queries). */
+export interface BenchStore {
+  name: StoreName;
+  store: CountingStore;
+  /** Commands or queries the backend client sent, counted at the client. */
+  backendCalls(): number;
+  close(): Promise<void>;
+}
+
+const ROOT = join(__dirname, '..');
+
+/** True once the store's class exists (other engineers write the Redis and TypeORM stores alongside this bench). */
+export function storeModuleReady(name: StoreName): boolean {
+  if (name === 'memory') return true;
+  const file = join(ROOT, 'lib', name, name === 'redis' ? 'redis.store.ts' : 'store.ts');
+  const exported = name === 'redis' ? 'RedisIdempotencyStore' : 'TypeOrmIdempotencyStore';
+  return existsSync(file) && readFileSync(file, 'utf8').includes(`export class ${exported}`);
+}
+
+/** Opens the stores that can be opened; a store whose server is down is left out with a message on stderr. */
+export async function openStores(names: readonly StoreName[], options: BenchStoreOptions): Promise<BenchStore[]> {
+  const stores: BenchStore[] = [];
+  for (const name of names) {
+    try {
+      stores.push(await openStore(name, options));
+    } catch (error) {
+      process.stderr.write(
+        `bench: leaving out the ${name} store, it did not open: ${error instanceof Error ? error.message : String(error)}\n`,
+      );
+    }
+  }
+  return stores;
+}
+
+export async function openStore(name: StoreName, options: BenchStoreOptions): Promise<BenchStore> {
+  switch (name) {
+    case 'memory': {
+      const store = new CountingStore(new (loadLib().MemoryIdempotencyStore)({ maxEntries: options.memoryMaxEntries }));
+      return {
+        name,
+        store,
+        backendCalls: () => store.counts.claim + store.counts.complete + store.counts.release + store.counts.renew,
+        close: async () => {},
+      };
+    }
+    case 'redis':
+      return openRedis(options);
+    case 'typeorm':
+      return openTypeOrm(options);
+  }
+}
+
+async function openRedis(options: BenchStoreOptions): Promise<BenchStore> {
+  const { Redis } = await import('ioredis');
+  const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../lib/redis/index.js')>('redis/index.ts');
+  const client = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379', {
+    ...recommendedRedisOptions(),
+    enableAutoPipelining: options.autoPipelining ?? true,
+    lazyConnect: true,
+  });
+  // Errors surface through the commands (and fail the run); no "Unhandled error event" noise.
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    client.disconnect();
+    throw error;
+  }
+  let commands = 0;
+  // Counts what the store sends, at the client: one EVAL/EVALSHA is one round trip.
+  const counted = {
+    eval: (...args: Parameters<typeof client.eval>) => {
+      commands++;
+      return client.eval(...args);
+    },
+    evalsha: (...args: Parameters<typeof client.evalsha>) => {
+      commands++;
+      return client.evalsha(...args);
+    },
+    ping: () => client.ping(),
+  };
+  const prefix = `bench:${options.runId}:`;
+  const store = new CountingStore(new RedisIdempotencyStore(counted as never, { prefix }));
+  return {
+    name: 'redis',
+    store,
+    backendCalls: () => commands,
+    close: async () => {
+      await deleteByPrefix(client, prefix);
+      await client.quit();
+    },
+  };
+}
+
+/** Removes the bench's records from the shared Redis. */
+async function deleteByPrefix(client: import('ioredis').Redis, prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length) await client.unlink(...keys);
+  } while (cursor !== '0');
+}
+
+async function openTypeOrm(options: BenchStoreOptions): Promise<BenchStore> {
+  const typeorm = require('typeorm') as typeof import('typeorm');
+  // Loaded at run time: the TypeORM store is written alongside this bench (its index may not exist yet).
+  const lib = (
+    existsSync(join(LIB_DIR, 'typeorm', 'index.ts'))
+      ? loadLibModule('typeorm/index.ts')
+      : { ...loadLibModule<object>('typeorm/store.ts'), ...loadLibModule<object>('typeorm/migration.ts') }
+  ) as Record<string, any>;
+  let queries = 0;
+  class CountingLogger implements TypeOrmLogger {
+    logQuery(): void {
+      queries++;
+    }
+    logQueryError(): void {}
+    logQuerySlow(): void {}
+    logSchemaBuild(): void {}
+    logMigration(): void {}
+    log(): void {}
+  }
+  const table = `bench_idempotency_${options.runId.replace(/[^a-z0-9_]/gi, '_')}`;
+  const dataSource = new typeorm.DataSource({
+    type: 'postgres',
+    url: options.postgresUrl ?? 'postgres://postgres@127.0.0.1:5432/test',
+    logger: new CountingLogger(),
+    // One pool for 50 concurrent requests, as an application would size it.
+    extra: { max: 20 },
+  });
+  await dataSource.initialize();
+  await createTable(lib, dataSource, table);
+  const inner = new lib.TypeOrmIdempotencyStore(dataSource, { tableName: table }) as IdempotencyStore;
+  const store = new CountingStore(inner);
+  const before = queries;
+  return {
+    name: 'typeorm',
+    store,
+    backendCalls: () => queries - before,
+    close: async () => {
+      await dataSource.query(`DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
+      await dataSource.destroy();
+    },
+  };
+}
+
+/** Creates the records table through the store's own migration, as an application would. */
+async function createTable(lib: Record<string, any>, dataSource: import('typeorm').DataSource, table: string): Promise<void> {
+  const Migration = lib.createIdempotencyRecordsMigration(table) as new () => import('typeorm').MigrationInterface;
+  const runner = dataSource.createQueryRunner();
+  try {
+    await new Migration().up(runner);
+  } finally {
+    await runner.release();
+  }
+}
