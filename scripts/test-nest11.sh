@@ -11,4 +11,10 @@ if [ ! -f .nest11/node_modules/@nestjs/core/package.json ] || ! grep -q '"versio
     @nestjs/microservices@^11 @nestjs/testing@^11 @nestjs/terminus@^11
 fi
 node -e "console.log('NestJS', require('./.nest11/node_modules/@nestjs/core/package.json').version)"
+# With no arguments: every suite that exercises Nest itself (HTTP, messages, guards,
+# health, observability, the sample app); stores and protocol suites do not depend on
+# the Nest major and run once, in `npm test`.
+if [ "$#" -eq 0 ]; then
+  set -- test/nest test/messages test/tokens test/health test/observability test/reliability/security.spec.ts sample-app
+fi
 npx jest -c jest.nest11.config.js "$@"

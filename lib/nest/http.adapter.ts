@@ -16,7 +16,7 @@ import { PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
 /** The parts of an Express response or a Fastify reply this adapter uses. */
-interface HttpResponseLike {
+export interface HttpResponseLike {
   statusCode: number;
   headersSent?: boolean;
   sent?: boolean;
@@ -120,12 +120,7 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
-    const response = context.switchToHttp().getResponse<HttpResponseLike>();
-    if (EXPRESS_KEEPS_PROBLEM_JSON || isFastifyReply(response)) setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
-    if (error instanceof IdempotencyInFlightError || (error as IdempotencyInFlightError).retryAfterMs) {
-      setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil((error as IdempotencyInFlightError).retryAfterMs / 1000))));
-    }
-    return new HttpException(problemOf(error), error.status, { cause: error });
+    return toProblemHttpException(context.switchToHttp().getResponse<HttpResponseLike>(), error);
   }
 
   private meta(response: HttpResponseLike, status: number, config: ResolvedHandlerConfig): OutcomeMeta {
@@ -139,6 +134,18 @@ export class HttpTransportAdapter implements TransportAdapter {
     }
     return headers ? { status, headers } : { status };
   }
+}
+
+/**
+ * The HttpException that answers one of this library's errors as a problem body, with
+ * its headers (Content-Type where the platform keeps it, Retry-After when in flight) set
+ * on the response. Shared by the interceptor and the one-time-token guard.
+ */
+export function toProblemHttpException(response: HttpResponseLike, error: IdempotencyError): HttpException {
+  if (EXPRESS_KEEPS_PROBLEM_JSON || isFastifyReply(response)) setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
+  const retryAfterMs = (error as Partial<IdempotencyInFlightError>).retryAfterMs;
+  if (retryAfterMs) setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
+  return new HttpException(problemOf(error), error.status, { cause: error });
 }
 
 function isFastifyReply(response: HttpResponseLike): boolean {

@@ -1,5 +1,4 @@
 import {
-  HttpException,
   Inject,
   Injectable,
   SetMetadata,
@@ -15,7 +14,7 @@ import {
   isIdempotencyError,
   type IdempotencyError,
 } from '../core/errors.js';
-import { PROBLEM_CONTENT_TYPE, problemOf } from '../nest/problem.js';
+import { toProblemHttpException, type HttpResponseLike } from '../nest/http.adapter.js';
 import { OneTimeTokenMissingError } from './one-time-token.errors.js';
 import { DEFAULT_ONE_TIME_TOKEN_SCOPE, OneTimeTokenService } from './one-time-token.service.js';
 
@@ -61,12 +60,6 @@ interface HttpRequestLike {
   body?: unknown;
 }
 
-interface HttpResponseLike {
-  setHeader?(name: string, value: string): unknown;
-  header?(name: string, value: string): unknown;
-  raw?: unknown;
-}
-
 /** Consumes the one-time token of a request. Applied by `@RequireOneTimeToken()`. */
 @Injectable()
 export class OneTimeTokenGuard implements CanActivate {
@@ -90,8 +83,7 @@ export class OneTimeTokenGuard implements CanActivate {
     const http = context.switchToHttp();
     const request = http.getRequest<HttpRequestLike>();
     const refuse = (error: IdempotencyError): never => {
-      setHeader(http.getResponse<HttpResponseLike>(), 'Content-Type', PROBLEM_CONTENT_TYPE);
-      throw new HttpException(problemOf(error), error.status, { cause: error });
+      throw toProblemHttpException(http.getResponse<HttpResponseLike>(), error);
     };
     const token = tokenOf(request, options);
     if (token === undefined) refuse(new OneTimeTokenMissingError(sourceOf(options)));
@@ -128,10 +120,4 @@ function tokenOf(request: HttpRequestLike, options: RequireOneTimeTokenOptions):
 function sourceOf(options: RequireOneTimeTokenOptions): string {
   const header = `the ${options.header ?? DEFAULT_ONE_TIME_TOKEN_HEADER} header`;
   return options.bodyField ? `${header} or the body field "${options.bodyField}"` : header;
-}
-
-function setHeader(response: HttpResponseLike, name: string, value: string): void {
-  // Fastify's reply has header() and raw; Express's response has setHeader().
-  if (typeof response.header === 'function' && response.raw) response.header(name, value);
-  else response.setHeader?.(name, value);
 }
