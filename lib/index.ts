@@ -13,3 +13,4 @@ export {
   type TransitionDecision,
 } from './typeorm/state-machine.js';
 export { IllegalStateTransitionError } from './typeorm/errors.js';
+export * from './observability/index.js';

@@ -28,7 +28,7 @@ function unquoteStructuredString(quoted: string): string {
     const ch = quoted[i];
     if (ch === '\\') {
       const next = quoted[i + 1];
-      if (next !== '"' && next !== '\\' || i + 1 >= quoted.length - 1) {
+      if ((next !== '"' && next !== '\\') || i + 1 >= quoted.length - 1) {
         throw new IdempotencyKeyInvalidError('it is a malformed quoted string');
       }
       out += next;

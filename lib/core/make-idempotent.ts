@@ -55,15 +55,18 @@ export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise
  * @example
  * const chargeOnce = makeIdempotent(charge, { store, key: (order) => order.id });
  */
-export function makeIdempotent<A extends unknown[], R>(
-  fn: (...args: A) => R,
-  options: MakeIdempotentOptions<A>,
-): IdempotentFunction<A, R> {
+export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, options: MakeIdempotentOptions<A>): IdempotentFunction<A, R> {
   if (!options?.store) {
-    throw new IdempotencyConfigurationError('makeIdempotent needs a store.', 'Pass { store: new MemoryIdempotencyStore() } or a shared Redis/TypeORM store.');
+    throw new IdempotencyConfigurationError(
+      'makeIdempotent needs a store.',
+      'Pass { store: new MemoryIdempotencyStore() } or a shared Redis/TypeORM store.',
+    );
   }
   if (typeof options.key !== 'function') {
-    throw new IdempotencyConfigurationError('makeIdempotent needs a key function.', 'Pass { key: (...args) => args[0].id } returning a string unique per operation.');
+    throw new IdempotencyConfigurationError(
+      'makeIdempotent needs a key function.',
+      'Pass { key: (...args) => args[0].id } returning a string unique per operation.',
+    );
   }
   const scope = options.scope ?? fn.name;
   if (!scope) {

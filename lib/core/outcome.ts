@@ -3,10 +3,7 @@
  * Values round-trip through JSON, except top-level `undefined`, `Buffer`/`Uint8Array`
  * and strings, which come back as exactly what the handler returned.
  */
-export type EncodedValue =
-  | { readonly t: 'u' }
-  | { readonly t: 'j'; readonly v: unknown }
-  | { readonly t: 'b'; readonly v: string };
+export type EncodedValue = { readonly t: 'u' } | { readonly t: 'j'; readonly v: unknown } | { readonly t: 'b'; readonly v: string };
 
 export interface EncodedError {
   readonly name: string;

@@ -71,10 +71,7 @@ export type TransactionalResult<T> =
  * `IdempotencyFingerprintMismatchError` when the committed record has another fingerprint.
  */
 export interface TransactionalIdempotencyStore extends IdempotencyStore {
-  runTransactional<T>(
-    request: TransactionalRequest,
-    work: () => Promise<{ value: T; result: string }>,
-  ): Promise<TransactionalResult<T>>;
+  runTransactional<T>(request: TransactionalRequest, work: () => Promise<{ value: T; result: string }>): Promise<TransactionalResult<T>>;
 }
 
 export function isTransactionalStore(store: IdempotencyStore): store is TransactionalIdempotencyStore {

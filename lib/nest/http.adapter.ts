@@ -67,7 +67,9 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   describeKeySource(config: ResolvedHandlerConfig): string {
-    return config.options.key ? 'the request (the key option returned nothing)' : `the ${config.options.header ?? 'Idempotency-Key'} header`;
+    return config.options.key
+      ? 'the request (the key option returned nothing)'
+      : `the ${config.options.header ?? 'Idempotency-Key'} header`;
   }
 
   principal(context: ExecutionContext): string | number | undefined {
@@ -98,7 +100,11 @@ export class HttpTransportAdapter implements TransportAdapter {
     const body = http ? http.getResponse() : { statusCode: 500, message: 'Internal server error' };
     return {
       kind: 'error',
-      error: { name: http ? (error as Error).name : 'InternalServerErrorException', message: http ? (error as Error).message : 'Internal server error', props: { body } },
+      error: {
+        name: http ? (error as Error).name : 'InternalServerErrorException',
+        message: http ? (error as Error).message : 'Internal server error',
+        props: { body },
+      },
       meta: this.meta(response, status, config),
     };
   }

@@ -1,11 +1,4 @@
-import {
-  Inject,
-  Injectable,
-  Optional,
-  type CallHandler,
-  type ExecutionContext,
-  type NestInterceptor,
-} from '@nestjs/common';
+import { Inject, Injectable, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { Observable, defer, from, switchMap, catchError, throwError, concatWith, ignoreElements, type Subscription } from 'rxjs';
 import {
@@ -103,17 +96,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /** The principal part of the scope. Override to scope by tenant, API client, ... */
-  protected async resolvePrincipal(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Promise<string | number | undefined | null> {
+  protected async resolvePrincipal(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+  ): Promise<string | number | undefined | null> {
     return config.options.scope ? config.options.scope(context) : adapter.principal(context);
   }
 
   /** What must match when a key is reused. */
-  protected async fingerprintMaterial(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Promise<unknown> {
+  protected async fingerprintMaterial(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+  ): Promise<unknown> {
     const custom = config.options.fingerprint;
     return typeof custom === 'function' ? custom(context) : adapter.fingerprintMaterial(context);
   }
 
-  private async prepare(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Promise<ExecutionRequest | undefined> {
+  private async prepare(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+  ): Promise<ExecutionRequest | undefined> {
     const raw = await this.resolveKey(context, config, adapter);
     if (raw === undefined || raw === null || raw === '') {
       if (!config.required) return undefined;
@@ -160,7 +165,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * so a response that reached the client is always replayable; an unsubscription
    * before the end abandons the lease instead of releasing it.
    */
-  private execute(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter, lease: Lease, next: CallHandler): Observable<unknown> {
+  private execute(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+    lease: Lease,
+    next: CallHandler,
+  ): Observable<unknown> {
     return new Observable<unknown>((subscriber) => {
       let finished = false;
       let hasValue = false;
@@ -265,7 +276,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * store failure under fail-open) once it has ended, so a message is acknowledged
    * after its work and never before it.
    */
-  private settleAfter(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter, source: Observable<unknown>): Observable<unknown> {
+  private settleAfter(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+    source: Observable<unknown>,
+  ): Observable<unknown> {
     if (!adapter.settle) return source;
     return source.pipe(
       catchError((error: unknown) =>
@@ -283,7 +299,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
   }
 
-  private configFor(context: ExecutionContext, options: IdempotentOptions, service: IdempotencyService, adapter: TransportAdapter): ResolvedHandlerConfig {
+  private configFor(
+    context: ExecutionContext,
+    options: IdempotentOptions,
+    service: IdempotencyService,
+    adapter: TransportAdapter,
+  ): ResolvedHandlerConfig {
     const handler = context.getHandler();
     let byType = this.configs.get(handler);
     if (!byType) this.configs.set(handler, (byType = new Map()));
@@ -297,7 +318,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 }
 
-function resolveConfig(handlerName: string, handlerOptions: IdempotentOptions, service: IdempotencyService, adapter: TransportAdapter): ResolvedHandlerConfig {
+function resolveConfig(
+  handlerName: string,
+  handlerOptions: IdempotentOptions,
+  service: IdempotencyService,
+  adapter: TransportAdapter,
+): ResolvedHandlerConfig {
   const { onEvent: _onEvent, enabled: _enabled, ...moduleDefaults } = service.options;
   const options = { ...moduleDefaults, ...stripUndefined(handlerOptions) };
   validateDurations(handlerName, options);
@@ -332,7 +358,10 @@ function validateDurations(handlerName: string, options: IdempotentOptions): voi
     }
   }
   if (options.inFlight !== undefined && options.inFlight !== 'reject' && options.inFlight !== 'wait') {
-    throw new IdempotencyConfigurationError(`@Idempotent() on ${handlerName}: inFlight must be 'reject' or 'wait'.`, "Use inFlight: 'reject' (409) or 'wait'.");
+    throw new IdempotencyConfigurationError(
+      `@Idempotent() on ${handlerName}: inFlight must be 'reject' or 'wait'.`,
+      "Use inFlight: 'reject' (409) or 'wait'.",
+    );
   }
 }
 

@@ -102,7 +102,14 @@ export class IdempotencyService {
   }
 
   /** @internal */
-  policy(handler: string, overrides: Partial<RunOptions> & { store?: IdempotencyStore; onStoreError?: ExecutionPolicy['onStoreError']; maxResponseBytes?: number } = {}): ExecutionPolicy {
+  policy(
+    handler: string,
+    overrides: Partial<RunOptions> & {
+      store?: IdempotencyStore;
+      onStoreError?: ExecutionPolicy['onStoreError'];
+      maxResponseBytes?: number;
+    } = {},
+  ): ExecutionPolicy {
     const o = this.options;
     return {
       store: overrides.store ?? this.store,

@@ -136,7 +136,13 @@ describe('makeIdempotent', () => {
     await expect(closed()).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
     expect(runs).toBe(0);
     const events: IdempotencyEvent[] = [];
-    const open = makeIdempotent(async () => ++runs, { store: broken, key: () => 'k', scope: 'o', onStoreError: 'fail-open', onEvent: (e) => events.push(e) });
+    const open = makeIdempotent(async () => ++runs, {
+      store: broken,
+      key: () => 'k',
+      scope: 'o',
+      onStoreError: 'fail-open',
+      onEvent: (e) => events.push(e),
+    });
     expect(await open()).toBe(1);
     expect(events).toEqual([expect.objectContaining({ type: 'store_error', failOpen: true })]);
   });

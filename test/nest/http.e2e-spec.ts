@@ -171,9 +171,18 @@ describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (p
     expect(other.headers['idempotent-replayed']).toBeUndefined();
 
     const before = effects.count('other');
-    const alice = await request(server()).post('/other').set('Idempotency-Key', 'shared-key-' + key).set('x-user', 'alice');
-    const bob = await request(server()).post('/other').set('Idempotency-Key', 'shared-key-' + key).set('x-user', 'bob');
-    const aliceAgain = await request(server()).post('/other').set('Idempotency-Key', 'shared-key-' + key).set('x-user', 'alice');
+    const alice = await request(server())
+      .post('/other')
+      .set('Idempotency-Key', 'shared-key-' + key)
+      .set('x-user', 'alice');
+    const bob = await request(server())
+      .post('/other')
+      .set('Idempotency-Key', 'shared-key-' + key)
+      .set('x-user', 'bob');
+    const aliceAgain = await request(server())
+      .post('/other')
+      .set('Idempotency-Key', 'shared-key-' + key)
+      .set('x-user', 'alice');
     hooks.slowMs = 100;
     expect(effects.count('other') - before).toBe(2);
     expect(bob.body).not.toEqual(alice.body);
@@ -253,7 +262,10 @@ describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (p
   it('renews the lease: a handler still running after 3 x leaseTtl is not run twice', async () => {
     const key = newKey();
     const before = effects.count('slowLease');
-    const first = request(server()).post('/slow-lease').set('Idempotency-Key', key).then((r) => r);
+    const first = request(server())
+      .post('/slow-lease')
+      .set('Idempotency-Key', key)
+      .then((r) => r);
     await sleep(650); // > 3 x 200 ms lease
     const retry = await request(server()).post('/slow-lease').set('Idempotency-Key', key);
     expect(retry.status).toBe(409);

@@ -194,7 +194,10 @@ describe('cancellation', () => {
         ...context,
         switchToHttp: () => ({ getRequest: () => ({ ...req, headers: { 'idempotency-key': 'gone-early' } }), getResponse: () => res }),
       };
-      interceptor.intercept(early, { handle: () => (handlerCalls++, never) }).subscribe().unsubscribe();
+      interceptor
+        .intercept(early, { handle: () => (handlerCalls++, never) })
+        .subscribe()
+        .unsubscribe();
       await new Promise((r) => setTimeout(r, 50));
       expect(handlerCalls).toBe(0);
       expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);

@@ -4,7 +4,6 @@
  * the idempotent transaction, so the effect and the record commit together or not at all.
  */
 import { ServiceUnavailableException } from '@nestjs/common';
-import type { DataSource } from 'typeorm';
 import { getIdempotentEntityManager, TypeOrmIdempotencyStore } from '../../../lib/typeorm/index.js';
 import { EFFECTS_TABLE, harnessDataSource } from './postgres.js';
 import type { Effect } from './invariant.js';

@@ -1,0 +1,77 @@
+// Subpath `nestjs-idempotency/prometheus`: the only module that imports prom-client,
+// so applications that do not use it never load it.
+import { Counter, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
+import type { IdempotencyEventListener } from '../core/events.js';
+
+/** Store-latency buckets, ms: from a local Redis round trip to a struggling database. */
+export const DEFAULT_STORE_LATENCY_BUCKETS_MS: readonly number[] = [0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500];
+
+export interface PrometheusListenerOptions {
+  /**
+   * Registry the metrics are registered in; scrape it with `registry.metrics()`.
+   * @default prom-client's global `register`
+   */
+  registry?: Registry;
+  /**
+   * Prepended to every metric name.
+   * @default 'idempotency_'
+   */
+  prefix?: string;
+  /**
+   * Upper bounds of the store-latency histogram buckets, in ms (exported in seconds,
+   * the Prometheus base unit).
+   * @default DEFAULT_STORE_LATENCY_BUCKETS_MS
+   */
+  storeLatencyBucketsMs?: readonly number[];
+  /**
+   * Adds a `handler` label (`Controller.method`) to the events counter. Handler names
+   * are bounded by your code, so the cardinality is small; turn it off for very large apps.
+   * @default true
+   */
+  handlerLabel?: boolean;
+}
+
+type EventLabels = 'event' | 'handler';
+
+/**
+ * An `onEvent` listener that counts outcomes and measures store latency with prom-client:
+ *
+ * - `idempotency_events_total{event, handler}`: one per event (`claimed`, `replayed`,
+ *   `in_flight_conflict`, `fingerprint_mismatch`, `store_error`, ...);
+ * - `idempotency_store_latency_seconds{event}`: duration of the store call that led to
+ *   the event (`claimed` and `replayed` measure the claim, `completed` the write of
+ *   the result, and so on).
+ *
+ * Calling it twice with the same registry and prefix reuses the registered metrics,
+ * so several modules (or a hot reload) do not clash.
+ */
+export function createPrometheusListener(options: PrometheusListenerOptions = {}): IdempotencyEventListener {
+  const registry = options.registry ?? defaultRegistry;
+  const prefix = options.prefix ?? 'idempotency_';
+  const handlerLabel = options.handlerLabel ?? true;
+  const eventsName = `${prefix}events_total`;
+  const latencyName = `${prefix}store_latency_seconds`;
+
+  const events =
+    (registry.getSingleMetric(eventsName) as Counter<EventLabels> | undefined) ??
+    new Counter<EventLabels>({
+      name: eventsName,
+      help: 'Idempotent executions by outcome event (claimed, completed, replayed, in_flight_conflict, fingerprint_mismatch, store_error, ...).',
+      labelNames: handlerLabel ? ['event', 'handler'] : ['event'],
+      registers: [registry],
+    });
+  const storeLatency =
+    (registry.getSingleMetric(latencyName) as Histogram<'event'> | undefined) ??
+    new Histogram<'event'>({
+      name: latencyName,
+      help: 'Latency of the idempotency store call that led to each event, in seconds.',
+      labelNames: ['event'],
+      buckets: (options.storeLatencyBucketsMs ?? DEFAULT_STORE_LATENCY_BUCKETS_MS).map((ms) => ms / 1000),
+      registers: [registry],
+    });
+
+  return (event) => {
+    events.inc(handlerLabel ? { event: event.type, handler: event.handler ?? 'unknown' } : { event: event.type });
+    if (event.storeLatencyMs !== undefined) storeLatency.observe({ event: event.type }, event.storeLatencyMs / 1000);
+  };
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the TypeORM suites on TypeORM 0.3 (the main node_modules has 1.x). TypeORM 0.3
+# goes to .typeorm03/ and jest.typeorm03.config.js maps every `typeorm` import there;
+# drivers (pg, sql.js) still come from the main node_modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .typeorm03
+if [ ! -f .typeorm03/node_modules/typeorm/package.json ] || ! grep -q '"version": "0\.3\.' .typeorm03/node_modules/typeorm/package.json; then
+  echo '{ "name": "typeorm03-leg", "private": true }' > .typeorm03/package.json
+  npm install --prefix .typeorm03 --no-save --no-package-lock --legacy-peer-deps --no-audit --no-fund 'typeorm@^0.3'
+fi
+# Child processes the tests start (crash tests) resolve `typeorm` with Node, not Jest:
+# this preload points them at .typeorm03 as well.
+cat > .typeorm03/resolve-typeorm03.cjs <<'HOOK'
+'use strict';
+const Module = require('node:module');
+const leg = __dirname;
+const resolve = Module._resolveFilename;
+Module._resolveFilename = function resolveTypeorm03(request, parent, isMain, options) {
+  if (request === 'typeorm' || request.startsWith('typeorm/')) return resolve.call(this, request, parent, isMain, { ...options, paths: [leg] });
+  return resolve.call(this, request, parent, isMain, options);
+};
+HOOK
+export NODE_OPTIONS="${NODE_OPTIONS:-} --require $PWD/.typeorm03/resolve-typeorm03.cjs"
+version=$(node -p "require(require('node:path').join(require.resolve('typeorm'), '..', 'package.json')).version")
+echo "TypeORM $version (as child processes resolve it)"
+case "$version" in 0.3.*) ;; *) echo "expected TypeORM 0.3 in child processes, got $version" >&2; exit 1 ;; esac
+npx jest -c jest.typeorm03.config.js "$@"
