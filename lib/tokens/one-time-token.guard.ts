@@ -1,12 +1,4 @@
-import {
-  Inject,
-  Injectable,
-  SetMetadata,
-  UseGuards,
-  applyDecorators,
-  type CanActivate,
-  type ExecutionContext,
-} from '@nestjs/common';
+import { Inject, Injectable, SetMetadata, UseGuards, applyDecorators, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import {
   IdempotencyConfigurationError,

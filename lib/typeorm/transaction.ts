@@ -9,7 +9,14 @@ import { replayValue } from '../core/engine.js';
 import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
 import { defaultSchemaOf } from './migration.js';
 import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, postgresRecordSql, sqliteRecordSql, type RecordSql } from './record-sql.js';
-import { MutexTimeoutError, createGuardedQueryRunner, dataSourceOfRunner, runStatement, sqliteMutexOf, transactionContext } from './sql-runner.js';
+import {
+  MutexTimeoutError,
+  createGuardedQueryRunner,
+  dataSourceOfRunner,
+  runStatement,
+  sqliteMutexOf,
+  transactionContext,
+} from './sql-runner.js';
 
 /** Isolation levels accepted for the idempotent transaction. */
 export type IdempotentIsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
