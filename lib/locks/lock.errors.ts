@@ -1,14 +1,11 @@
-import { IdempotencyError, type IdempotencyErrorCode } from '../core/errors.js';
+import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
 
 /** Stable codes of the lock errors. */
 export const LockErrorCode = {
-  NotAcquired: 'IDEMPOTENCY_LOCK_NOT_ACQUIRED',
-  Lost: 'IDEMPOTENCY_LOCK_LOST',
+  NotAcquired: IdempotencyErrorCode.LockNotAcquired,
+  Lost: IdempotencyErrorCode.LockLost,
 } as const;
 export type LockErrorCode = (typeof LockErrorCode)[keyof typeof LockErrorCode];
-
-// The core's code union lists the core's own codes; these extend it.
-const code = (value: LockErrorCode) => value as unknown as IdempotencyErrorCode;
 
 /** Another holder kept the lock for the whole `waitTimeout` (HTTP 409). */
 export class LockNotAcquiredError extends IdempotencyError {
@@ -17,7 +14,7 @@ export class LockNotAcquiredError extends IdempotencyError {
     readonly waitTimeout: number,
   ) {
     super(
-      code(LockErrorCode.NotAcquired),
+      LockErrorCode.NotAcquired,
       409,
       `The lock on "${resource}" could not be acquired within ${waitTimeout} ms: another holder has it.`,
       'Retry later. If the holder legitimately needs longer, raise waitTimeout; if holders crash, lower ttl so their locks lapse sooner.',
@@ -33,7 +30,7 @@ export class LockNotAcquiredError extends IdempotencyError {
 export class LockLostError extends IdempotencyError {
   constructor(readonly resource: string) {
     super(
-      code(LockErrorCode.Lost),
+      LockErrorCode.Lost,
       409,
       `The lock on "${resource}" was lost before the work finished.`,
       'Check signal.aborted before each write that needs the lock; raise ttl if the work pauses longer than a third of it (GC, event-loop stalls).',

@@ -1,21 +1,18 @@
-import { IdempotencyError, type IdempotencyErrorCode } from '../core/errors.js';
+import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
 
 /** Stable codes of the one-time token errors. */
 export const OneTimeTokenErrorCode = {
-  Missing: 'IDEMPOTENCY_TOKEN_MISSING',
-  Used: 'IDEMPOTENCY_TOKEN_USED',
-  Invalid: 'IDEMPOTENCY_TOKEN_INVALID',
+  Missing: IdempotencyErrorCode.TokenMissing,
+  Used: IdempotencyErrorCode.TokenUsed,
+  Invalid: IdempotencyErrorCode.TokenInvalid,
 } as const;
 export type OneTimeTokenErrorCode = (typeof OneTimeTokenErrorCode)[keyof typeof OneTimeTokenErrorCode];
-
-// The core's code union lists the core's own codes; these extend it.
-const code = (value: OneTimeTokenErrorCode) => value as unknown as IdempotencyErrorCode;
 
 /** The request carries no one-time token (HTTP 400). */
 export class OneTimeTokenMissingError extends IdempotencyError {
   constructor(source: string) {
     super(
-      code(OneTimeTokenErrorCode.Missing),
+      OneTimeTokenErrorCode.Missing,
       400,
       `This operation requires a one-time token, and none was found in ${source}.`,
       `Request a token first (for example by loading the form), then send it in ${source}.`,
@@ -27,7 +24,7 @@ export class OneTimeTokenMissingError extends IdempotencyError {
 export class OneTimeTokenUsedError extends IdempotencyError {
   constructor() {
     super(
-      code(OneTimeTokenErrorCode.Used),
+      OneTimeTokenErrorCode.Used,
       409,
       'This one-time token has already been used: the operation was submitted before.',
       'Do not submit again; check the result of the first submission. To do it once more, request a new token.',
@@ -39,7 +36,7 @@ export class OneTimeTokenUsedError extends IdempotencyError {
 export class OneTimeTokenInvalidError extends IdempotencyError {
   constructor() {
     super(
-      code(OneTimeTokenErrorCode.Invalid),
+      OneTimeTokenErrorCode.Invalid,
       422,
       'This one-time token is not valid: it has expired, was never issued, or was issued for another operation.',
       'Request a new token (for example by reloading the form) and submit again.',

@@ -1,18 +1,14 @@
-import { IdempotencyError, type IdempotencyErrorCode } from '../core/errors.js';
+import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
 
 /**
  * Stable codes of the errors raised by the TypeORM helpers. They extend the core's
  * `IdempotencyErrorCode` set and never change between versions.
  */
 export const TypeOrmIdempotencyErrorCode = {
-  OptimisticLock: 'IDEMPOTENCY_OPTIMISTIC_LOCK',
-  IllegalTransition: 'IDEMPOTENCY_ILLEGAL_TRANSITION',
+  OptimisticLock: IdempotencyErrorCode.OptimisticLock,
+  IllegalTransition: IdempotencyErrorCode.IllegalTransition,
 } as const;
 export type TypeOrmIdempotencyErrorCode = (typeof TypeOrmIdempotencyErrorCode)[keyof typeof TypeOrmIdempotencyErrorCode];
-
-// The core's code union is closed; these codes follow the same IDEMPOTENCY_* convention
-// (so `isIdempotencyError` recognises them) until the core lists them itself.
-const asCode = (code: TypeOrmIdempotencyErrorCode) => code as unknown as IdempotencyErrorCode;
 
 /**
  * A conditional write found the row at another version than the one the caller read
@@ -32,7 +28,7 @@ export class OptimisticLockError extends IdempotencyError {
     const found = detail ?? (actualVersion === undefined ? 'the row does not exist (any more)' : `it is at version ${actualVersion}`);
     const expected = expectedVersion === undefined ? 'expected it unchanged' : `expected version ${expectedVersion}`;
     super(
-      asCode(TypeOrmIdempotencyErrorCode.OptimisticLock),
+      TypeOrmIdempotencyErrorCode.OptimisticLock,
       409,
       `${entity} ${describeId(id)} was changed concurrently: ${expected}, but ${found}.`,
       'Reload the entity and apply the change again (retryOnOptimisticLock does this for you), or report a conflict to the client.',
@@ -58,7 +54,7 @@ export class IllegalStateTransitionError extends IdempotencyError {
     const targets =
       allowed.length > 0 ? `allowed from '${from}': ${allowed.map((s) => `'${s}'`).join(', ')}` : `no transition leaves '${from}'`;
     super(
-      asCode(TypeOrmIdempotencyErrorCode.IllegalTransition),
+      TypeOrmIdempotencyErrorCode.IllegalTransition,
       409,
       `${subject}illegal transition from '${from}' to '${to}' (${targets}).`,
       `Only request transitions the state machine declares; reload the entity to see its current state.`,
