@@ -5,19 +5,11 @@ import { Column, DataSource, Entity, PrimaryColumn } from 'typeorm';
 import { Idempotent, type TransactionalRequest, type TransactionalResult } from '../../lib/index.js';
 import { TypeOrmIdempotencyStore, getIdempotentEntityManager } from '../../lib/typeorm/index.js';
 import { ConsumerEnv, channelObserverGuard, startRmqConsumer } from './rmq-app.js';
+import { pgConnection as pg } from '../support/postgres.js';
 import { RabbitProbe, uniqueName, waitFor, type Trace } from './support.js';
 
 // The seed scenario: a refund consumer whose balance change and idempotency record commit
 // in one PostgreSQL transaction, fed a failure, a redelivery and duplicates.
-
-const pg = {
-  type: 'postgres' as const,
-  host: process.env.PGHOST ?? '127.0.0.1',
-  port: Number(process.env.PGPORT ?? 5432),
-  username: process.env.PGUSER ?? 'postgres',
-  password: process.env.PGPASSWORD,
-  database: process.env.PGDATABASE ?? 'test',
-};
 
 @Entity({ name: 'accounts' })
 class Account {

@@ -38,18 +38,7 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** How often each named side effect really happened. */
-export class Effects {
-  private readonly counts = new Map<string, number>();
-  hit(name: string): number {
-    const n = (this.counts.get(name) ?? 0) + 1;
-    this.counts.set(name, n);
-    return n;
-  }
-  count(name: string): number {
-    return this.counts.get(name) ?? 0;
-  }
-}
+export { Effects } from '../support/effects.js';
 
 /** One ordered log shared by the store and the broker observers, to compare "stored" with "acked". */
 export type Trace = string[];

@@ -1,12 +1,9 @@
 import {
   Body,
-  CanActivate,
   Controller,
-  ExecutionContext,
   Get,
   HttpCode,
   HttpException,
-  Injectable,
   Module,
   Param,
   Post,
@@ -19,31 +16,12 @@ import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Readable } from 'node:stream';
 import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../lib/index.js';
+import { Effects } from '../support/effects.js';
+import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
+
+export { Effects };
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Side effects per route, to prove how often a handler really ran. */
-export class Effects {
-  counts = new Map<string, number>();
-  hit(name: string): number {
-    const n = (this.counts.get(name) ?? 0) + 1;
-    this.counts.set(name, n);
-    return n;
-  }
-  count(name: string): number {
-    return this.counts.get(name) ?? 0;
-  }
-}
-
-@Injectable()
-class UserFromHeaderGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const request = context.switchToHttp().getRequest();
-    const user = request.headers['x-user'];
-    if (user) request.user = { id: user };
-    return true;
-  }
-}
 
 export function buildController(effects: Effects, hooks: Hooks) {
   @Controller()

@@ -1,16 +1,4 @@
-import {
-  Body,
-  CanActivate,
-  Controller,
-  ExecutionContext,
-  Headers,
-  Injectable,
-  Module,
-  Post,
-  Res,
-  type INestApplication,
-  type LoggerService,
-} from '@nestjs/common';
+import { Body, Controller, Headers, Module, Post, Res, type INestApplication, type LoggerService } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
@@ -20,21 +8,12 @@ import { Idempotent, IdempotencyModule, type IdempotencyEvent, type IdempotencyM
 import { createIdempotencyLogger } from '../../lib/observability/index.js';
 import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { RecordingStore, STORE_KEY_PATTERN } from '../fuzz/recording-store.js';
+import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
 
 // The security guarantees of docs/security.md, each checked on the real HTTP stack of
 // both platforms: principal isolation, no credentials in stored or replayed answers
 // unless allow-listed, hashed keys in events and logs, bounded stored responses.
 const SECRET = 'S3cr3t-t0ken-value';
-
-@Injectable()
-class UserFromHeaderGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const request = context.switchToHttp().getRequest();
-    const user = request.headers['x-user'];
-    if (user) request.user = { id: user };
-    return true;
-  }
-}
 
 function setHeader(res: any, name: string, value: string): void {
   if (typeof res.header === 'function' && res.raw) res.header(name, value);

@@ -2,15 +2,9 @@ import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
 import { DataSource, type DataSourceOptions, type MixedList, type EntitySchema } from 'typeorm';
 
-/** The test PostgreSQL (trust auth); PG* variables override it. */
-export const pgConnection = {
-  type: 'postgres' as const,
-  host: process.env.PGHOST ?? '127.0.0.1',
-  port: Number(process.env.PGPORT ?? 5432),
-  username: process.env.PGUSER ?? 'postgres',
-  password: process.env.PGPASSWORD,
-  database: process.env.PGDATABASE ?? 'test',
-};
+import { pgConnection } from '../support/postgres.js';
+
+export { pgConnection };
 
 /** A name no other Jest worker or run uses. */
 export function uniqueName(prefix: string): string {

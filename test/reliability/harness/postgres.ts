@@ -6,16 +6,8 @@
  */
 import 'reflect-metadata';
 import { DataSource } from 'typeorm';
+import { pgConnection } from '../../support/postgres.js';
 import type { Effect } from './invariant.js';
-
-export const pgConnection = {
-  type: 'postgres' as const,
-  host: process.env.PGHOST ?? '127.0.0.1',
-  port: Number(process.env.PGPORT ?? 5432),
-  username: process.env.PGUSER ?? 'postgres',
-  password: process.env.PGPASSWORD,
-  database: process.env.PGDATABASE ?? 'test',
-};
 
 export const EFFECTS_TABLE = 'harness_effects';
 
