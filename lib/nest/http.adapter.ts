@@ -1,6 +1,5 @@
 import * as nestCommon from '@nestjs/common';
 import { HttpException, type ExecutionContext } from '@nestjs/common';
-import { Observable, of, throwError } from 'rxjs';
 import {
   IdempotencyInFlightError,
   IdempotencyNotReplayableError,
@@ -109,20 +108,20 @@ export class HttpTransportAdapter implements TransportAdapter {
     };
   }
 
-  replay(context: ExecutionContext, outcome: StoredOutcome): Observable<unknown> {
+  replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
     const response = context.switchToHttp().getResponse<HttpResponseLike>();
     if (outcome.kind === 'unstorable') {
-      return throwError(() => this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason)));
+      throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
     }
     const meta = outcome.meta ?? {};
     for (const [name, value] of Object.entries(meta.headers ?? {})) setHeader(response, name, value);
     setHeader(response, REPLAYED_HEADER, 'true');
     if (outcome.kind === 'error') {
       const body = outcome.error.props?.body as string | Record<string, unknown>;
-      return throwError(() => new HttpException(body, meta.status ?? 500));
+      throw new HttpException(body, meta.status ?? 500);
     }
     if (meta.status) response.status(meta.status);
-    return of(decodeValue(outcome.value));
+    return decodeValue(outcome.value);
   }
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {

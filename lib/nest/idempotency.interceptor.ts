@@ -1,6 +1,6 @@
 import { Inject, Injectable, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { Observable, defer, from, switchMap, catchError, throwError, concatWith, ignoreElements, type Subscription } from 'rxjs';
+import { Observable, isObservable, type Subscription } from 'rxjs';
 import {
   IdempotencyConfigurationError,
   IdempotencyKeyMissingError,
@@ -20,18 +20,91 @@ import type { IdempotentOptions } from './idempotency.options.js';
 import { IdempotencyService, scopeOf } from './idempotency.service.js';
 import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import { RpcTransportAdapter } from './rpc.adapter.js';
-import type { ResolvedHandlerConfig, Settlement, TransportAdapter } from './transport.adapter.js';
+import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
 
-/** Contexts already handled, so a global registration plus `@Idempotent()` runs the protocol once. */
+/** Contexts already handled, so a global registration plus a method-level one runs the protocol once. */
 const handledContexts = new WeakSet<ExecutionContext>();
+/**
+ * Requests (messages) whose protocol an interceptor already runs, so the method wrapper
+ * of `@Idempotent()` underneath it calls straight through instead of running it again.
+ */
+const handledCarriers = new WeakSet<object>();
+
+/** The handler's side of one execution: how to run it, and whether its caller went away. */
+interface HandlerCall {
+  readonly cancelled: boolean;
+  /** Set once the key is claimed, so that a cancellation can abandon it. */
+  lease?: Lease;
+  /** Runs the handler; resolves with its last value (`NO_REPLY` when it produced none). */
+  run(): Promise<unknown>;
+}
+
+/** A handler reached through Nest's interceptor chain (`next.handle()`), which may be cancelled. */
+class ObservableHandlerCall implements HandlerCall {
+  cancelled = false;
+  finished = false;
+  lease?: Lease;
+  private subscription?: Subscription;
+
+  constructor(private readonly next: CallHandler) {}
+
+  run(): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      let last: unknown = NO_REPLY;
+      this.subscription = this.next.handle().subscribe({
+        next: (value) => (last = value),
+        error: (error: unknown) => {
+          this.finished = true;
+          reject(error);
+        },
+        complete: () => {
+          this.finished = true;
+          resolve(last);
+        },
+      });
+    });
+  }
+
+  /** The caller unsubscribed: stop the handler, and keep its key leased (the outcome is unknown). */
+  cancel(onAbandon: () => void): void {
+    this.cancelled = true;
+    this.subscription?.unsubscribe();
+    if (this.lease && !this.finished) {
+      this.lease.abandon();
+      onAbandon();
+    }
+  }
+}
+
+/** A handler called by the method wrapper of `@Idempotent()`: nothing cancels it. */
+class DirectHandlerCall implements HandlerCall {
+  readonly cancelled = false;
+  lease?: Lease;
+
+  constructor(private readonly invoke: () => unknown) {}
+
+  run(): Promise<unknown> {
+    try {
+      const result = this.invoke();
+      if (isObservable(result)) return lastValue(result);
+      return Promise.resolve(result);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+}
 
 /**
- * Applies `@Idempotent()` to HTTP and microservice handlers. `@Idempotent()` adds it
- * by itself; registering it globally as well (`APP_INTERCEPTOR`) is harmless, and
- * handlers without `@Idempotent()` pass through untouched.
+ * Runs the idempotency protocol around handlers. `@Idempotent()` does not need it
+ * registered: the decorator wraps the method and calls into the module's instance, which
+ * spares every request Nest's interceptor pipeline. Registering it (globally with
+ * `APP_INTERCEPTOR`, or with `@UseInterceptors()`) is harmless: the protocol runs once,
+ * in the outermost place.
  *
  * Subclass it to change how keys, scopes or fingerprints are derived for every
- * handler: override `resolveKey`, `resolvePrincipal` or `fingerprintMaterial`.
+ * handler (override `resolveKey`, `resolvePrincipal` or `fingerprintMaterial`) and
+ * register the subclass globally (`APP_INTERCEPTOR`): it then runs the protocol of every
+ * `@Idempotent()` handler, and the method wrapper calls straight through.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
@@ -56,89 +129,110 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const adapter = this.adapters[context.getType()];
     if (!adapter) return next.handle();
     const config = this.configFor(context, options, service, adapter);
+    const carrier = carrierOf(context);
+    if (carrier) handledCarriers.add(carrier);
 
-    // One hand-written Observable for the whole protocol rather than a chain of rxjs
-    // operators: this runs on every request, and each operator layer adds subscribers,
-    // closures and promise hops that showed up in profiles (see docs/performance.md).
     return new Observable<unknown>((subscriber) => {
-      let closed = false;
-      let inner: Subscription | undefined;
-      const fail = (error: unknown): void => {
-        if (closed) return;
-        if (!isIdempotencyError(error)) return subscriber.error(error);
-        Promise.resolve(adapter.settle?.(context, config, 'rejected', error)).then(
-          () => subscriber.error(adapter.toTransportError(context, error)),
-          (settleError: unknown) => subscriber.error(settleError),
-        );
-      };
-      this.start(context, config, adapter, next, service).then(({ source, lease }) => {
-        if (closed) {
-          // The caller left between the claim and the handler: the handler never ran, but
-          // the key is claimed; abandon it like any cancellation (the lease runs out).
-          if (lease) {
-            lease.abandon();
-            void adapter.settle?.(context, config, 'abandoned');
-          }
-          return;
-        }
-        inner = source.subscribe({ next: (value) => subscriber.next(value), error: fail, complete: () => subscriber.complete() });
-      }, fail);
-      return () => {
-        closed = true;
-        inner?.unsubscribe();
-      };
+      const call = new ObservableHandlerCall(next);
+      this.process(context, config, adapter, service, call).then(
+        (value) => {
+          if (call.cancelled) return;
+          if (value !== NO_REPLY) subscriber.next(value);
+          subscriber.complete();
+        },
+        (error: unknown) => {
+          if (!call.cancelled) subscriber.error(error);
+        },
+      );
+      return () => call.cancel(() => void adapter.settle?.(context, config, 'abandoned'));
     });
   }
 
+  /**
+   * @internal The entry point of `@Idempotent()`'s method wrapper: runs the protocol
+   * around `invoke` (the original method), unless an interceptor already does.
+   */
+  runHandler(context: ExecutionContext, options: IdempotentOptions, invoke: () => unknown): unknown {
+    const carrier = carrierOf(context);
+    if (carrier && handledCarriers.has(carrier)) return invoke();
+    const service = this.requireService(context);
+    if (service.options.enabled === false) return invoke();
+    const adapter = this.adapters[context.getType()];
+    if (!adapter) return invoke();
+    const config = this.configFor(context, options, service, adapter);
+    return this.process(context, config, adapter, service, new DirectHandlerCall(invoke)).then(noReplyToUndefined);
+  }
+
   /** The client key of this request, before validation. Override to read keys your own way. */
-  protected async resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Promise<unknown> {
+  protected resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown {
     return config.options.key ? config.options.key(context) : adapter.readKey(context, config);
   }
 
   /** The principal part of the scope. Override to scope by tenant, API client, ... */
-  protected async resolvePrincipal(
+  protected resolvePrincipal(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-  ): Promise<string | number | undefined | null> {
+  ): string | number | undefined | null | Promise<string | number | undefined | null> {
     return config.options.scope ? config.options.scope(context) : adapter.principal(context);
   }
 
   /** What must match when a key is reused. */
-  protected async fingerprintMaterial(
-    context: ExecutionContext,
-    config: ResolvedHandlerConfig,
-    adapter: TransportAdapter,
-  ): Promise<unknown> {
+  protected fingerprintMaterial(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown {
     const custom = config.options.fingerprint;
     return typeof custom === 'function' ? custom(context) : adapter.fingerprintMaterial(context);
   }
 
+  /** The hooks above may be async; most are not, and an await costs every request a hop. */
   private async prepare(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
   ): Promise<ExecutionRequest | undefined> {
-    const raw = await this.resolveKey(context, config, adapter);
+    let raw = this.resolveKey(context, config, adapter);
+    if (isThenable(raw)) raw = await raw;
     if (raw === undefined || raw === null || raw === '') {
       if (!config.required) return undefined;
       throw new IdempotencyKeyMissingError(adapter.describeKeySource(config, context));
     }
     const clientKey = normalizeIdempotencyKey(raw);
-    const principal = await this.resolvePrincipal(context, config, adapter);
+    let principal = this.resolvePrincipal(context, config, adapter);
+    if (isThenable(principal)) principal = await principal;
     const key = storageKeyOf(scopeOf(config.handlerName, principal), clientKey);
     if (config.options.fingerprint === false) return { key };
-    return { key, fingerprint: fingerprintOf(await this.fingerprintMaterial(context, config, adapter)) };
+    let material = this.fingerprintMaterial(context, config, adapter);
+    if (isThenable(material)) material = await material;
+    return { key, fingerprint: fingerprintOf(material) };
   }
 
-  /** Resolves the key and admits the request: returns what answers it (the handler, a replay, ...). */
-  private async start(
+  /**
+   * The whole protocol for one request or message: what answers it (the handler's value,
+   * a replay, `NO_REPLY`), or the error to raise. Refusals by this library become the
+   * transport's errors (problem responses, RpcExceptions) after the message is settled.
+   */
+  private async process(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-    next: CallHandler,
     service: IdempotencyService,
-  ): Promise<{ source: Observable<unknown>; lease?: Lease }> {
+    call: HandlerCall,
+  ): Promise<unknown> {
+    try {
+      return await this.admitAndRun(context, config, adapter, service, call);
+    } catch (error) {
+      if (!isIdempotencyError(error) || call.cancelled) throw error;
+      await adapter.settle?.(context, config, 'rejected', error);
+      throw adapter.toTransportError(context, error);
+    }
+  }
+
+  private async admitAndRun(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+    service: IdempotencyService,
+    call: HandlerCall,
+  ): Promise<unknown> {
     let request: ExecutionRequest | undefined;
     try {
       request = await this.prepare(context, config, adapter);
@@ -147,156 +241,129 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
       throw error;
     }
-    if (!request) return { source: this.settleAfter(context, config, adapter, next.handle()) };
-    if (config.options.transactional) return { source: this.runTransactional(context, config, adapter, request, next) };
+    if (!request) return this.runUnprotected(context, config, adapter, call);
+    if (config.options.transactional) return this.runTransactional(context, config, adapter, request, call);
     const admission = await service.engine.admit(request, config.policy);
     switch (admission.kind) {
       case 'replay':
-        return { source: this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, admission.outcome, config)) };
+        await adapter.settle?.(context, config, 'replayed');
+        return adapter.replay(context, admission.outcome, config);
       case 'unprotected':
-        return { source: this.settleAfter(context, config, adapter, next.handle()) };
+        return this.runUnprotected(context, config, adapter, call);
       default:
-        return { source: this.execute(context, config, adapter, admission.lease, next), lease: admission.lease };
+        return this.runLeased(context, config, adapter, admission.lease, call);
     }
   }
 
   /**
-   * Runs the handler under the lease. Its last value is stored before it is passed on,
-   * so a response that reached the client is always replayable; an unsubscription
-   * before the end abandons the lease instead of releasing it.
+   * Runs the handler under the lease. Its value is stored before it is passed on, so a
+   * response that reached the client is always replayable; a cancellation before the
+   * end abandons the lease instead of releasing it.
    */
-  private execute(
+  private async runLeased(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
     lease: Lease,
-    next: CallHandler,
-  ): Observable<unknown> {
-    return new Observable<unknown>((subscriber) => {
-      let finished = false;
-      let hasValue = false;
-      let last: unknown;
-      const subscription = next.handle().subscribe({
-        next: (value) => {
-          hasValue = true;
-          last = value;
-        },
-        error: (error: unknown) => {
-          finished = true;
-          const cached = config.policy.cacheErrors?.(error) ?? false;
-          lease
-            .fail(error, adapter.captureError(context, error, config))
-            .then(() => adapter.settle?.(context, config, cached ? 'stored' : 'failed', error))
-            .then(
-              () => subscriber.error(error),
-              () => subscriber.error(error),
-            );
-        },
-        complete: () => {
-          finished = true;
-          lease
-            .complete(adapter.captureValue(context, last, config))
-            .then(() => adapter.settle?.(context, config, 'stored'))
-            .then(() => {
-              if (hasValue) subscriber.next(last);
-              subscriber.complete();
-            })
-            .catch((error: unknown) => subscriber.error(error));
-        },
-      });
-      return () => {
-        subscription.unsubscribe();
-        if (!finished) {
-          lease.abandon();
-          void adapter.settle?.(context, config, 'abandoned');
-        }
-      };
-    });
+    call: HandlerCall,
+  ): Promise<unknown> {
+    call.lease = lease;
+    if (call.cancelled) {
+      // The caller left between the claim and the handler: the handler never ran, but
+      // the key is claimed; abandon it like any cancellation (the lease runs out).
+      lease.abandon();
+      void adapter.settle?.(context, config, 'abandoned');
+      return NO_REPLY;
+    }
+    let value: unknown;
+    try {
+      value = await call.run();
+    } catch (error) {
+      const cached = config.policy.cacheErrors?.(error) ?? false;
+      try {
+        await lease.fail(error, adapter.captureError(context, error, config));
+        await adapter.settle?.(context, config, cached ? 'stored' : 'failed', error);
+      } catch {
+        // The handler's error is the answer; the lease reports its own store errors.
+      }
+      throw error;
+    }
+    await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));
+    await adapter.settle?.(context, config, 'stored');
+    return value;
   }
 
-  private runTransactional(
+  private async runTransactional(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
     request: ExecutionRequest,
-    next: CallHandler,
-  ): Observable<unknown> {
+    call: HandlerCall,
+  ): Promise<unknown> {
     const store = config.policy.store;
     if (!isTransactionalStore(store)) {
-      return throwError(
-        () =>
-          new IdempotencyConfigurationError(
-            `${config.handlerName} uses @Idempotent({ transactional: true }) but its store has no transactions.`,
-            'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of the module.',
-          ),
+      throw new IdempotencyConfigurationError(
+        `${config.handlerName} uses @Idempotent({ transactional: true }) but its store has no transactions.`,
+        'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of the module.',
       );
     }
     let handlerError: { error: unknown } | undefined;
-    return defer(() =>
-      store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
+    let outcome;
+    try {
+      outcome = await store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
         // The handler runs inside the transaction's async context, so it can reach the EntityManager.
         let value: unknown;
         try {
-          value = await lastValue(next.handle());
+          value = await call.run();
         } catch (error) {
           handlerError = { error };
           throw error;
         }
-        return { value, result: serializeOutcome(adapter.captureValue(context, value, config)) };
-      }),
-    ).pipe(
-      switchMap((outcome) =>
-        outcome.kind === 'executed'
-          ? this.afterSettle(context, config, adapter, 'stored', from([outcome.value]))
-          : this.afterSettle(context, config, adapter, 'replayed', adapter.replay(context, deserializeOutcome(outcome.result), config)),
-      ),
-      catchError((error: unknown) => {
-        if (isIdempotencyError(error)) return throwError(() => error);
-        // Not the handler's error: the transaction itself failed (connection lost, record
-        // statement or commit refused), so nothing committed and the client may retry (503).
-        if (handlerError?.error !== error) return throwError(() => new IdempotencyStoreUnavailableError(error));
-        return from(Promise.resolve(adapter.settle?.(context, config, 'failed', error))).pipe(switchMap(() => throwError(() => error)));
-      }),
-    );
-  }
-
-  private afterSettle(
-    context: ExecutionContext,
-    config: ResolvedHandlerConfig,
-    adapter: TransportAdapter,
-    settlement: Settlement,
-    source: Observable<unknown>,
-  ): Observable<unknown> {
-    if (!adapter.settle) return source;
-    return from(Promise.resolve(adapter.settle(context, config, settlement))).pipe(switchMap(() => source));
+        const stored = value === NO_REPLY ? undefined : value;
+        return { value, result: serializeOutcome(adapter.captureValue(context, stored, config)) };
+      });
+    } catch (error) {
+      if (isIdempotencyError(error)) throw error;
+      // Not the handler's error: the transaction itself failed (connection lost, record
+      // statement or commit refused), so nothing committed and the client may retry (503).
+      if (handlerError?.error !== error) throw new IdempotencyStoreUnavailableError(error);
+      await adapter.settle?.(context, config, 'failed', error);
+      throw error;
+    }
+    if (outcome.kind === 'executed') {
+      await adapter.settle?.(context, config, 'stored');
+      return outcome.value;
+    }
+    await adapter.settle?.(context, config, 'replayed');
+    return adapter.replay(context, deserializeOutcome(outcome.result), config);
   }
 
   /**
-   * Settles a handler that ran without a lease (no key under `required: false`, or a
-   * store failure under fail-open) once it has ended, so a message is acknowledged
-   * after its work and never before it.
+   * A handler that runs without a lease (no key under `required: false`, or a store
+   * failure under fail-open) is settled once it has ended, so a message is
+   * acknowledged after its work and never before it.
    */
-  private settleAfter(
+  private async runUnprotected(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-    source: Observable<unknown>,
-  ): Observable<unknown> {
-    if (!adapter.settle) return source;
-    return source.pipe(
-      catchError((error: unknown) =>
-        from(Promise.resolve(adapter.settle?.(context, config, 'failed', error))).pipe(switchMap(() => throwError(() => error))),
-      ),
-      concatWith(defer(() => from(Promise.resolve(adapter.settle?.(context, config, 'unprotected')))).pipe(ignoreElements())),
-    );
+    call: HandlerCall,
+  ): Promise<unknown> {
+    if (!adapter.settle) return call.run();
+    let value: unknown;
+    try {
+      value = await call.run();
+    } catch (error) {
+      await adapter.settle(context, config, 'failed', error);
+      throw error;
+    }
+    await adapter.settle(context, config, 'unprotected');
+    return value;
   }
 
   private requireService(context: ExecutionContext): IdempotencyService {
     if (this.service) return this.service;
-    throw new IdempotencyConfigurationError(
-      `@Idempotent() on ${context.getClass().name}.${context.getHandler().name} cannot find IdempotencyModule.`,
-      'Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, or import IdempotencyModule into the module that declares this controller.',
-    );
+    throw missingModuleError(context);
   }
 
   private configFor(
@@ -316,6 +383,30 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     return config;
   }
+}
+
+/** Raised when `@Idempotent()` runs in an application that has no IdempotencyModule. */
+export function missingModuleError(context: ExecutionContext): IdempotencyConfigurationError {
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${context.getClass().name}.${context.getHandler().name} cannot find IdempotencyModule.`,
+    'Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, or import IdempotencyModule into the module that declares this controller.',
+  );
+}
+
+/** The object that stands for one request or message: the HTTP request, the transport's message context. */
+function carrierOf(context: ExecutionContext): object | undefined {
+  const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
+  if (!args) return undefined;
+  const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
+  return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+function noReplyToUndefined(value: unknown): unknown {
+  return value === NO_REPLY ? undefined : value;
 }
 
 function resolveConfig(
@@ -371,7 +462,7 @@ function stripUndefined<T extends object>(value: T): Partial<T> {
 
 function lastValue(source: Observable<unknown>): Promise<unknown> {
   return new Promise((resolve, reject) => {
-    let last: unknown;
+    let last: unknown = NO_REPLY;
     source.subscribe({ next: (v) => (last = v), error: reject, complete: () => resolve(last) });
   });
 }

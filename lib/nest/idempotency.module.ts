@@ -1,6 +1,6 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { IdempotencyStore } from '../core/index.js';
-import { IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
+import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
 import {
   ConfigurableIdempotencyModule,
   IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
@@ -19,8 +19,9 @@ import { IdempotencyService } from './idempotency.service.js';
     { provide: IDEMPOTENCY_SERVICE, useExisting: IdempotencyService },
     { provide: IdempotencyStore, useFactory: (service: IdempotencyService) => service.store, inject: [IdempotencyService] },
     IdempotencyInterceptor,
+    { provide: IDEMPOTENCY_INTERCEPTOR, useExisting: IdempotencyInterceptor },
   ],
-  exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyInterceptor],
+  exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyInterceptor, IDEMPOTENCY_INTERCEPTOR],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {
   /** With no options: a process-local memory store and the defaults of every option. */

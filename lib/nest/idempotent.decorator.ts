@@ -1,12 +1,31 @@
-import { SetMetadata, UseInterceptors, applyDecorators } from '@nestjs/common';
-import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { Inject, Optional, SetMetadata, createParamDecorator, type ExecutionContext } from '@nestjs/common';
+import { IdempotencyConfigurationError } from '../core/index.js';
+import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import { missingModuleError, type IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotentOptions } from './idempotency.options.js';
+
+/** Nest's parameter metadata key (`ROUTE_ARGS_METADATA`), stable since Nest 5 and shared by HTTP and microservices. */
+const ROUTE_ARGS_METADATA = '__routeArguments__';
+/** The controller property the module's interceptor is injected into. */
+const INTERCEPTOR_PROPERTY = '__nestjsIdempotencyInterceptor';
+/** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
+const WRAPPED = Symbol.for('nestjs-idempotency:wrapped');
+
+/** Hands the handler's own ExecutionContext to the wrapper, on every transport. */
+const CurrentExecutionContext = createParamDecorator((_data: unknown, context: ExecutionContext) => context);
+
+type HandlerFunction = ((...args: unknown[]) => unknown) & { [WRAPPED]?: true };
 
 /**
  * Makes a controller method or message handler idempotent: the first request with a
  * key runs it and stores the result; duplicates get that result replayed. Options
  * override the defaults of `IdempotencyModule.forRoot()`.
+ *
+ * The decorator wraps the method itself rather than adding an interceptor: Nest's
+ * interceptor pipeline alone costs a route a sizeable share of its throughput (see
+ * docs/performance.md). Guards and pipes run before the wrapper, so a request refused by
+ * them never claims its key; your interceptors and exception filters see the replayed
+ * result or the error exactly as they would see the handler's.
  *
  * @example
  * @Post('refunds')
@@ -14,5 +33,58 @@ import type { IdempotentOptions } from './idempotency.options.js';
  * refund(@Body() dto: RefundDto) { ... }
  */
 export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
-  return applyDecorators(SetMetadata(IDEMPOTENT_METADATA, options), UseInterceptors(IdempotencyInterceptor));
+  return <T>(target: object, propertyKey: string | symbol, descriptor: TypedPropertyDescriptor<T>) => {
+    const original = descriptor.value as unknown as HandlerFunction;
+    const where = `${target.constructor.name}.${String(propertyKey)}`;
+    if (typeof original !== 'function') {
+      throw new IdempotencyConfigurationError(
+        `@Idempotent() on ${where}: it decorates methods only.`,
+        'Put @Idempotent() on a controller method or message handler.',
+      );
+    }
+    if (original[WRAPPED]) {
+      throw new IdempotencyConfigurationError(
+        `@Idempotent() is applied twice to ${where}.`,
+        'Keep one @Idempotent() and merge its options.',
+      );
+    }
+    // Parameter decorators have all run by now (TypeScript applies them before method
+    // decorators): the context goes in the first slot after every declared parameter.
+    const params = (Reflect.getMetadata(ROUTE_ARGS_METADATA, target.constructor, propertyKey) ?? {}) as Record<string, { index: number }>;
+    const indices = Object.values(params).map((param) => param.index);
+    const hasParamDecorators = indices.length > 0;
+    const contextIndex = Math.max(original.length, ...indices.map((index) => index + 1));
+
+    const wrapper: HandlerFunction = function (this: Record<string, unknown> | undefined, ...args: unknown[]): unknown {
+      const context = args[contextIndex] as ExecutionContext | undefined;
+      // Called by your own code (a unit test, another method): no request, no protocol.
+      if (!context || typeof context.getType !== 'function') return original.apply(this, args);
+      // Without parameter decorators Nest hands microservice and gateway handlers their raw
+      // arguments, which adding the context parameter replaced by empty slots.
+      if (!hasParamDecorators && context.getType() !== 'http') args = context.getArgs();
+      else args.length = contextIndex;
+      const interceptor = this?.[INTERCEPTOR_PROPERTY] as IdempotencyInterceptor | undefined;
+      if (!interceptor) throw missingModuleError(context);
+      return interceptor.runHandler(context, options, () => original.apply(this, args));
+    };
+    wrapper[WRAPPED] = true;
+    Object.defineProperty(wrapper, 'name', { value: original.name });
+    // Metadata other decorators put on the method before this one (guards, roles, routes).
+    for (const key of Reflect.getOwnMetadataKeys(original)) {
+      Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapper);
+    }
+    descriptor.value = wrapper as unknown as T;
+
+    CurrentExecutionContext()(target, propertyKey, contextIndex);
+    injectInterceptor(target);
+    SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey, descriptor);
+    return descriptor;
+  };
+}
+
+/** Property injection of the module's interceptor into the controller (Nest keeps one entry per property). */
+function injectInterceptor(target: object): void {
+  Inject(IDEMPOTENCY_INTERCEPTOR)(target, INTERCEPTOR_PROPERTY);
+  // Optional: without IdempotencyModule the request fails with a message that says so.
+  Optional()(target, INTERCEPTOR_PROPERTY);
 }

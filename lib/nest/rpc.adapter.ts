@@ -1,5 +1,4 @@
 import { Logger, type ExecutionContext } from '@nestjs/common';
-import { EMPTY, Observable, defer, of } from 'rxjs';
 import {
   IdempotencyNotReplayableError,
   decodeError,
@@ -10,7 +9,7 @@ import {
   type IdempotencyError,
   type StoredOutcome,
 } from '../core/index.js';
-import type { ResolvedHandlerConfig, Settlement, TransportAdapter } from './transport.adapter.js';
+import { NO_REPLY, type ResolvedHandlerConfig, type Settlement, type TransportAdapter } from './transport.adapter.js';
 import { describeMessageKeySource, isEventHandler, messageKeyOf, rmqDeliveryOf } from './rpc/message-context.js';
 import { ackDecisionOf, settleDelivery } from './rpc/rmq-acknowledgement.js';
 import {
@@ -64,19 +63,17 @@ export class RpcTransportAdapter implements TransportAdapter {
     return { kind: 'error', error: isRpcExceptionLike(error) ? encodeRpcException(error) : encodeError(error) };
   }
 
-  replay(context: ExecutionContext, outcome: StoredOutcome): Observable<unknown> {
+  async replay(context: ExecutionContext, outcome: StoredOutcome): Promise<unknown> {
     // Nobody waits for an event's result: a duplicate event is simply skipped.
-    if (isEventHandler(context)) return EMPTY;
-    if (outcome.kind === 'value') return of(decodeValue(outcome.value));
-    return defer(async () => {
-      await loadRpcException();
-      if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
-      // A cached RpcException goes back to the client exactly as the first time; any
-      // other cached error becomes "Internal server error" again in Nest's RPC filter.
-      throw isEncodedRpcException(outcome.error)
-        ? rpcExceptionOf(outcome.error.props!.rpcError as string | object)
-        : decodeError(outcome.error);
-    });
+    if (isEventHandler(context)) return NO_REPLY;
+    if (outcome.kind === 'value') return decodeValue(outcome.value);
+    await loadRpcException();
+    if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
+    // A cached RpcException goes back to the client exactly as the first time; any
+    // other cached error becomes "Internal server error" again in Nest's RPC filter.
+    throw isEncodedRpcException(outcome.error)
+      ? rpcExceptionOf(outcome.error.props!.rpcError as string | object)
+      : decodeError(outcome.error);
   }
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {

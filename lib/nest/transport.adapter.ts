@@ -1,7 +1,9 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { Observable } from 'rxjs';
 import type { ExecutionPolicy, IdempotencyError, InFlightStrategy, StoredOutcome } from '../core/index.js';
 import type { IdempotentOptions } from './idempotency.options.js';
+
+/** What `TransportAdapter.replay` returns when nothing is sent back (a duplicate event). */
+export const NO_REPLY: unique symbol = Symbol.for('nestjs-idempotency:no-reply');
 
 /** Options of one handler merged with the module defaults, computed once per handler and transport. */
 export interface ResolvedHandlerConfig {
@@ -50,7 +52,11 @@ export interface TransportAdapter {
   fingerprintMaterial(context: ExecutionContext): unknown;
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome;
   captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome;
-  replay(context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): Observable<unknown>;
+  /**
+   * The answer to a duplicate: the stored value (after setting what the transport
+   * replays, e.g. status and headers), `NO_REPLY`, or a thrown error.
+   */
+  replay(context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): unknown;
   /** The error to raise for one of this library's errors (an HttpException, an RpcException). */
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown;
   /**

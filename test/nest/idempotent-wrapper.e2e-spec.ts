@@ -1,0 +1,204 @@
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  HttpCode,
+  Module,
+  Post,
+  UseGuards,
+  type CanActivate,
+  type INestApplication,
+  type INestMicroservice,
+  type PipeTransform,
+} from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  Ctx,
+  MessagePattern,
+  Transport,
+  ClientProxyFactory,
+  TcpContext,
+  type ClientProxy,
+  type MicroserviceOptions,
+} from '@nestjs/microservices';
+import { firstValueFrom } from 'rxjs';
+import request from 'supertest';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, scopeOf, storageKeyOf, type IdempotencyEvent } from '../../lib/index.js';
+import { Effects } from '../support/effects.js';
+import { NEST_LOGGER, freePort, uniqueName } from '../messages/support.js';
+
+/**
+ * `@Idempotent()` wraps the method instead of adding an interceptor (so a route pays no
+ * interceptor pipeline). What that must keep: pipes and guards before the claim, other
+ * decorators' metadata, raw microservice arguments, direct calls from user code.
+ */
+
+const effects = new Effects();
+let guardCalls = 0;
+
+class AmountPipe implements PipeTransform {
+  transform(value: { amount?: unknown }) {
+    if (typeof value?.amount !== 'number') throw new BadRequestException('amount must be a number');
+    return value;
+  }
+}
+
+class CountingGuard implements CanActivate {
+  canActivate() {
+    guardCalls++;
+    return true;
+  }
+}
+
+@Controller()
+class WrappedController {
+  @Post('validated')
+  @Idempotent()
+  validated(@Body(AmountPipe) body: { amount: number }) {
+    return { n: effects.hit('validated'), amount: body.amount };
+  }
+
+  // Decorators below @Idempotent() ran before it: their metadata must survive the wrapping.
+  @Idempotent()
+  @Post('accepted')
+  @HttpCode(202)
+  @UseGuards(CountingGuard)
+  accepted() {
+    return { n: effects.hit('accepted') };
+  }
+
+  @Post('direct')
+  @Idempotent()
+  direct(@Body() body: { amount: number }) {
+    return { n: effects.hit('direct'), amount: body?.amount };
+  }
+}
+
+describe('@Idempotent() as a method wrapper (express)', () => {
+  let app: INestApplication;
+  const store = new MemoryIdempotencyStore();
+  const events: IdempotencyEvent[] = [];
+
+  beforeAll(async () => {
+    @Module({ imports: [IdempotencyModule.forRoot({ store, onEvent: (e) => events.push(e) })], controllers: [WrappedController] })
+    class AppModule {}
+    app = await NestFactory.create(AppModule, { logger: NEST_LOGGER });
+    await app.init();
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('adds no interceptor to the route, so Nest skips its interceptor pipeline', () => {
+    const handler = WrappedController.prototype.validated;
+    expect(Reflect.getMetadata('__interceptors__', handler)).toBeUndefined();
+    expect(Reflect.getMetadata('__interceptors__', WrappedController)).toBeUndefined();
+  });
+
+  it('lets a pipe refuse the request before the key is claimed', async () => {
+    const key = uniqueName('pipe');
+    const refused = await request(app.getHttpServer()).post('/validated').set('Idempotency-Key', key).send({ amount: 'x' });
+    expect(refused.status).toBe(400);
+    expect(await store.get(storageKeyOf(scopeOf('WrappedController.validated'), key))).toBeUndefined();
+    // The corrected request with the same key runs (no 422 for the refused body, no record to replay).
+    const before = effects.count('validated');
+    const ok = await request(app.getHttpServer()).post('/validated').set('Idempotency-Key', key).send({ amount: 3 });
+    expect(ok.status).toBe(201);
+    expect(effects.count('validated') - before).toBe(1);
+    const replay = await request(app.getHttpServer()).post('/validated').set('Idempotency-Key', key).send({ amount: 3 });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual(ok.body);
+    expect(effects.count('validated') - before).toBe(1);
+  });
+
+  it('keeps the status code, route and guards declared below it', async () => {
+    const key = uniqueName('below');
+    const guardsBefore = guardCalls;
+    const first = await request(app.getHttpServer()).post('/accepted').set('Idempotency-Key', key);
+    const second = await request(app.getHttpServer()).post('/accepted').set('Idempotency-Key', key);
+    expect(first.status).toBe(202);
+    expect(second.status).toBe(202);
+    expect(second.headers['idempotent-replayed']).toBe('true');
+    expect(second.body).toEqual(first.body);
+    expect(guardCalls - guardsBefore).toBe(2);
+    expect(events.some((e) => e.handler === 'WrappedController.accepted' && e.type === 'claimed')).toBe(true);
+  });
+
+  it('runs the plain method when your own code calls it (no request, no store)', async () => {
+    const controller = app.get(WrappedController);
+    const before = effects.count('direct');
+    const eventsBefore = events.length;
+    expect(controller.direct({ amount: 1 })).toEqual({ n: before + 1, amount: 1 });
+    expect(controller.direct({ amount: 1 })).toEqual({ n: before + 2, amount: 1 });
+    expect(events.length).toBe(eventsBefore);
+  });
+
+  it('refuses to be applied twice to one method, saying how to fix it', () => {
+    expect(() => {
+      class Twice {
+        @Idempotent()
+        @Idempotent()
+        handle() {
+          return 1;
+        }
+      }
+      return Twice;
+    }).toThrow(/applied twice to Twice\.handle.*Keep one @Idempotent\(\)/s);
+  });
+});
+
+describe('@Idempotent() on a microservice handler without parameter decorators (TCP)', () => {
+  const rpcEffects = new Effects();
+  let app: INestMicroservice | undefined;
+  let client: ClientProxy | undefined;
+
+  @Controller()
+  class RawArgsController {
+    // No @Payload(): Nest passes (data, context) as they are, and still must after wrapping.
+    @MessagePattern('raw.create')
+    @Idempotent({ key: (context) => context.switchToRpc().getData<{ id: string }>().id })
+    create(data: { id: string; amount: number }, context: TcpContext) {
+      return { id: data.id, amount: data.amount, n: rpcEffects.hit(data.id), tcp: context instanceof TcpContext };
+    }
+
+    // A decorated parameter before an undecorated one: Nest passes only the decorated ones.
+    @MessagePattern('raw.ctx')
+    @Idempotent({ key: (context) => context.switchToRpc().getData<{ id: string }>().id })
+    withContext(@Ctx() context: TcpContext) {
+      return { n: rpcEffects.hit('ctx'), tcp: context instanceof TcpContext };
+    }
+  }
+
+  beforeAll(async () => {
+    const port = await freePort();
+    @Module({ imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })], controllers: [RawArgsController] })
+    class TcpModule {}
+    app = await NestFactory.createMicroservice<MicroserviceOptions>(TcpModule, {
+      transport: Transport.TCP,
+      options: { host: '127.0.0.1', port },
+      logger: NEST_LOGGER,
+    });
+    await app.listen();
+    client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.close();
+    await app?.close();
+  });
+
+  it('hands the handler its raw data and context, once per key', async () => {
+    const id = uniqueName('raw');
+    const answers = await Promise.all(Array.from({ length: 10 }, () => firstValueFrom(client!.send('raw.create', { id, amount: 9 }))));
+    for (const answer of answers) expect(answer).toEqual({ id, amount: 9, n: 1, tcp: true });
+    expect(rpcEffects.count(id)).toBe(1);
+  });
+
+  it('hands a decorated @Ctx() parameter its context', async () => {
+    const id = uniqueName('ctx');
+    const first = await firstValueFrom(client!.send('raw.ctx', { id }));
+    const second = await firstValueFrom(client!.send('raw.ctx', { id }));
+    expect(first).toEqual({ n: 1, tcp: true });
+    expect(second).toEqual(first);
+  });
+});
