@@ -62,8 +62,11 @@ const MAX_POLL_MS = 250;
  * whole application.
  */
 export class IdempotencyEngine {
-  /** Executions running in this process, so local waiters wake at once instead of polling. */
-  private readonly running = new Map<string, { promise: Promise<void>; settle: () => void }>();
+  /**
+   * Executions running in this process, so local waiters wake at once instead of
+   * polling: the wake-up callbacks of their waiters (none until someone waits).
+   */
+  private readonly running = new Map<string, Array<() => void> | undefined>();
 
   /**
    * Claims the key, or explains why the handler must not run. Throws
@@ -138,25 +141,23 @@ export class IdempotencyEngine {
 
   /** @internal */
   markRunning(key: string): void {
-    let settle!: () => void;
-    const promise = new Promise<void>((resolve) => (settle = resolve));
-    this.running.set(key, { promise, settle });
+    this.running.set(key, undefined);
   }
 
   /** @internal */
   markSettled(key: string): void {
-    const entry = this.running.get(key);
-    if (entry) {
-      this.running.delete(key);
-      entry.settle();
-    }
+    const waiters = this.running.get(key);
+    this.running.delete(key);
+    if (waiters) for (const wake of waiters) wake();
   }
 
   private waitForChange(key: string, delay: number): Promise<void> {
-    const local = this.running.get(key);
     return new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, delay);
-      local?.promise.then(() => {
+      if (!this.running.has(key)) return;
+      let waiters = this.running.get(key);
+      if (!waiters) this.running.set(key, (waiters = []));
+      waiters.push(() => {
         clearTimeout(timer);
         resolve();
       });
@@ -218,7 +219,8 @@ export class Lease {
     if (!reason) {
       try {
         result = serializeOutcome(outcome);
-        const bytes = Buffer.byteLength(result);
+        // A UTF-16 code unit is at most 3 UTF-8 bytes: most results need no byte count.
+        const bytes = result.length * 3 <= this.policy.maxResponseBytes ? 0 : Buffer.byteLength(result);
         if (bytes > this.policy.maxResponseBytes) {
           reason = `the response is ${bytes} bytes, over maxResponseBytes (${this.policy.maxResponseBytes})`;
         }

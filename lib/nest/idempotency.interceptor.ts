@@ -13,6 +13,7 @@ import {
   storageKeyOf,
   deserializeOutcome,
   type ExecutionRequest,
+  type StoredOutcome,
   type Lease,
 } from '../core/index.js';
 import { IDEMPOTENCY_SERVICE, IDEMPOTENT_METADATA } from './idempotency.constants.js';
@@ -33,6 +34,8 @@ const handledCarriers = new WeakSet<object>();
 /** The handler's side of one execution: how to run it, and whether its caller went away. */
 interface HandlerCall {
   readonly cancelled: boolean;
+  /** What to answer when there is nothing to send back. */
+  readonly noReply: unknown;
   /** Set once the key is claimed, so that a cancellation can abandon it. */
   lease?: Lease;
   /** Runs the handler; resolves with its last value (`NO_REPLY` when it produced none). */
@@ -42,6 +45,7 @@ interface HandlerCall {
 /** A handler reached through Nest's interceptor chain (`next.handle()`), which may be cancelled. */
 class ObservableHandlerCall implements HandlerCall {
   cancelled = false;
+  readonly noReply = NO_REPLY;
   finished = false;
   lease?: Lease;
   private subscription?: Subscription;
@@ -79,6 +83,7 @@ class ObservableHandlerCall implements HandlerCall {
 /** A handler called by the method wrapper of `@Idempotent()`: nothing cancels it. */
 class DirectHandlerCall implements HandlerCall {
   readonly cancelled = false;
+  readonly noReply = undefined;
   lease?: Lease;
 
   constructor(private readonly invoke: () => unknown) {}
@@ -86,7 +91,7 @@ class DirectHandlerCall implements HandlerCall {
   run(): Promise<unknown> {
     try {
       const result = this.invoke();
-      if (isObservable(result)) return lastValue(result);
+      if (isObservable(result)) return lastValue(result).then((value) => (value === NO_REPLY ? undefined : value));
       return Promise.resolve(result);
     } catch (error) {
       return Promise.reject(error);
@@ -160,7 +165,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const adapter = this.adapters[context.getType()];
     if (!adapter) return invoke();
     const config = this.configFor(context, options, service, adapter);
-    return this.process(context, config, adapter, service, new DirectHandlerCall(invoke)).then(noReplyToUndefined);
+    return this.process(context, config, adapter, service, new DirectHandlerCall(invoke));
   }
 
   /** The client key of this request, before validation. Override to read keys your own way. */
@@ -217,8 +222,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
     service: IdempotencyService,
     call: HandlerCall,
   ): Promise<unknown> {
+    let request: ExecutionRequest | undefined;
     try {
-      return await this.admitAndRun(context, config, adapter, service, call);
+      try {
+        request = await this.prepare(context, config, adapter);
+      } catch (error) {
+        // A throwing key, scope or fingerprint function still settles the message.
+        if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
+        throw error;
+      }
+      if (!request) return await this.runUnprotected(context, config, adapter, call);
+      if (config.options.transactional) return await this.runTransactional(context, config, adapter, request, call);
+      const admission = await service.engine.admit(request, config.policy);
+      switch (admission.kind) {
+        case 'replay':
+          if (adapter.settle) await adapter.settle(context, config, 'replayed');
+          return this.replay(context, config, adapter, admission.outcome, call);
+        case 'unprotected':
+          return await this.runUnprotected(context, config, adapter, call);
+        default:
+          return await this.runLeased(context, config, adapter, admission.lease, call);
+      }
     } catch (error) {
       if (!isIdempotencyError(error) || call.cancelled) throw error;
       await adapter.settle?.(context, config, 'rejected', error);
@@ -226,33 +250,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  private async admitAndRun(
+  /** A stored outcome, as the transport replays it (an HTTP replay is synchronous: no extra hop). */
+  private replay(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-    service: IdempotencyService,
+    outcome: StoredOutcome,
     call: HandlerCall,
-  ): Promise<unknown> {
-    let request: ExecutionRequest | undefined;
-    try {
-      request = await this.prepare(context, config, adapter);
-    } catch (error) {
-      // A throwing key, scope or fingerprint function still settles the message.
-      if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
-      throw error;
-    }
-    if (!request) return this.runUnprotected(context, config, adapter, call);
-    if (config.options.transactional) return this.runTransactional(context, config, adapter, request, call);
-    const admission = await service.engine.admit(request, config.policy);
-    switch (admission.kind) {
-      case 'replay':
-        await adapter.settle?.(context, config, 'replayed');
-        return adapter.replay(context, admission.outcome, config);
-      case 'unprotected':
-        return this.runUnprotected(context, config, adapter, call);
-      default:
-        return this.runLeased(context, config, adapter, admission.lease, call);
-    }
+  ): unknown {
+    const answer = adapter.replay(context, outcome, config);
+    if (isThenable(answer)) return Promise.resolve(answer).then((value) => (value === NO_REPLY ? call.noReply : value));
+    return answer === NO_REPLY ? call.noReply : answer;
   }
 
   /**
@@ -273,7 +281,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // the key is claimed; abandon it like any cancellation (the lease runs out).
       lease.abandon();
       void adapter.settle?.(context, config, 'abandoned');
-      return NO_REPLY;
+      return call.noReply;
     }
     let value: unknown;
     try {
@@ -335,7 +343,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return outcome.value;
     }
     await adapter.settle?.(context, config, 'replayed');
-    return adapter.replay(context, deserializeOutcome(outcome.result), config);
+    return this.replay(context, config, adapter, deserializeOutcome(outcome.result), call);
   }
 
   /**
@@ -403,10 +411,6 @@ function carrierOf(context: ExecutionContext): object | undefined {
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
-}
-
-function noReplyToUndefined(value: unknown): unknown {
-  return value === NO_REPLY ? undefined : value;
 }
 
 function resolveConfig(
