@@ -13,6 +13,44 @@ export function dataSourceOfRunner(runner: QueryRunner): DataSource {
   return (runner as { dataSource?: DataSource }).dataSource ?? (runner as unknown as { connection: DataSource }).connection;
 }
 
+/** The node-postgres pool TypeORM's PostgreSQL driver keeps (`driver.master`), as far as the store uses it. */
+export interface PgQueryPool {
+  query(config: { name?: string; text: string; values?: unknown[] }): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
+  connect(): unknown;
+}
+
+/** The pool of an initialized PostgreSQL DataSource; undefined for other drivers (or before `initialize()`). */
+export function pgPoolOf(dataSource: DataSource): PgQueryPool | undefined {
+  if (dataSource.options.type !== 'postgres') return undefined;
+  const pool = (dataSource.driver as { master?: Partial<PgQueryPool> }).master;
+  return pool && typeof pool.query === 'function' && typeof pool.connect === 'function' ? (pool as PgQueryPool) : undefined;
+}
+
+/**
+ * Runs one statement straight on the pool, as a named prepared statement when it has a
+ * name. The store's own statements take this path: TypeORM's query runner (check out,
+ * events, result mapping, release) cost more app CPU than the query itself, and an
+ * unprepared statement is parsed and planned by the server on every call. Queries are
+ * still reported to the DataSource's logger, like TypeORM's own.
+ */
+export async function runPooledStatement(dataSource: DataSource, pool: PgQueryPool, statement: Statement): Promise<SqlResult> {
+  if (!guardedDataSources.has(dataSource)) guardPgClientErrors(dataSource);
+  const logger = dataSource.logger;
+  logger.logQuery(statement.sql, statement.params);
+  const startedAt = Date.now();
+  let result;
+  try {
+    result = await pool.query({ name: statement.name, text: statement.sql, values: statement.params });
+  } catch (error) {
+    logger.logQueryError(error as Error, statement.sql, statement.params);
+    throw error;
+  }
+  const slowAfter = dataSource.options.maxQueryExecutionTime;
+  const tookMs = Date.now() - startedAt;
+  if (slowAfter && tookMs > slowAfter) logger.logQuerySlow(tookMs, statement.sql, statement.params);
+  return { rows: result.rows, affected: result.rowCount ?? result.rows.length };
+}
+
 export async function runStatement(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
   const result = await runner.query(statement.sql, statement.params, true);
   const rows = (result.records ?? []) as Record<string, unknown>[];

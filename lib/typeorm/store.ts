@@ -9,7 +9,7 @@ import type {
   TransactionalResult,
 } from '../core/store.js';
 import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
-import { createGuardedQueryRunner, runStatement, withRunner } from './sql-runner.js';
+import { createGuardedQueryRunner, pgPoolOf, runPooledStatement, runStatement, withRunner, type SqlResult } from './sql-runner.js';
 import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
 export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
@@ -123,27 +123,43 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
+    // answers by itself, so each attempt may take any pooled connection.
+    if (this.sql.dialect === 'sqlite') {
+      return withRunner(this.dataSource, 'sqlite', (runner) =>
+        this.claimRounds(key, request, (statement) => runStatement(runner, statement)),
+      );
+    }
+    return this.claimRounds(key, request, (statement) => this.run(statement));
+  }
+
+  private async claimRounds(key: string, request: ClaimRequest, run: (statement: Statement) => Promise<SqlResult>): Promise<ClaimResult> {
     const sql = this.sql;
-    return withRunner(this.dataSource, sql.dialect, async (runner) => {
-      for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
-        if (round > 0) this.retries++;
-        const { rows } = await runStatement(runner, sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
-        if (rows.length > 0) {
-          const row = rows[0];
-          const claimed = row.claimed === true || row.claimed === 1;
-          return claimed
-            ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
-            : { claimed: false, record: toRecord(key, row) };
-        }
-        if (sql.dialect === 'sqlite') {
-          const existing = await runStatement(runner, sql.read(key));
-          if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
-        }
-        // Nothing came back: the row that blocked the insert was committed after this
-        // statement's snapshot (or deleted right after). A new statement sees it.
+    for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
+      if (round > 0) this.retries++;
+      const { rows } = await run(sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
+      if (rows.length > 0) {
+        const row = rows[0];
+        const claimed = row.claimed === true || row.claimed === 1;
+        return claimed
+          ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
+          : { claimed: false, record: toRecord(key, row) };
       }
-      throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
-    });
+      if (sql.dialect === 'sqlite') {
+        const existing = await run(sql.read(key));
+        if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
+      }
+      // Nothing came back: the row that blocked the insert was committed after this
+      // statement's snapshot (or deleted right after). A new statement sees it.
+    }
+    throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
+  }
+
+  /** One statement outside any transaction: on the pool as a prepared statement (PostgreSQL), else through a query runner. */
+  private run(statement: Statement): Promise<SqlResult> {
+    const pool = this.sql.dialect === 'postgres' ? pgPoolOf(this.dataSource) : undefined;
+    if (pool) return runPooledStatement(this.dataSource, pool, statement);
+    return withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
@@ -159,7 +175,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async get(key: string): Promise<IdempotencyRecord | undefined> {
-    const { rows } = await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, this.sql.read(key)));
+    const { rows } = await this.run(this.sql.read(key));
     return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
   }
 
@@ -239,7 +255,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   private async write(statement: Statement): Promise<boolean> {
-    const { affected } = await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
+    const { affected } = await this.run(statement);
     return affected > 0;
   }
 

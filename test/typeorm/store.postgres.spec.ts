@@ -36,6 +36,36 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     return store;
   }
 
+  it('runs its statements as named prepared statements on the pool, reported to the DataSource logger', async () => {
+    // One connection, so the session whose prepared statements we list is the store's.
+    const single = await createPgDataSource({ poolSize: 1, synchronize: false });
+    const logged: string[] = [];
+    single.dataSource.logger.logQuery = (query: string) => void logged.push(query);
+    try {
+      const store = new TypeOrmIdempotencyStore(single.dataSource, { tableName: uniqueName('prepared') });
+      await store.ensureTable();
+      const k = key();
+      const token = randomUUID();
+      expect((await store.claim(k, { token, leaseTtl: 10_000 })).claimed).toBe(true);
+      expect(await store.complete(k, token, { result: 'r', ttl: 60_000 })).toBe(true);
+      expect(await store.claim(k, { token: randomUUID(), leaseTtl: 10_000 })).toMatchObject({
+        claimed: false,
+        record: { status: 'completed', result: 'r' },
+      });
+      const rows: { name: string; statement: string }[] = await single.dataSource.query(
+        'SELECT name, statement FROM pg_prepared_statements',
+      );
+      const ours = rows.filter((row) => row.name.startsWith('nestjs_idem_'));
+      // claim and complete: two statements, each prepared once however often it ran.
+      expect(ours).toHaveLength(2);
+      expect(ours.some((row) => row.statement.includes('INSERT INTO'))).toBe(true);
+      expect(ours.some((row) => row.statement.startsWith('UPDATE'))).toBe(true);
+      expect(logged.filter((query) => query.includes('INSERT INTO'))).toHaveLength(2);
+    } finally {
+      await single.destroy();
+    }
+  });
+
   it('answers every one of 50 concurrent claims: one winner, 49 get the winner record, even across snapshots', async () => {
     const store = await newStore();
     // Many rounds on fresh keys: each round races 50 claims through 10 connections, which is
