@@ -66,6 +66,23 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     }
   });
 
+  it('sends unnamed statements with preparedStatements: false (for poolers that cannot keep them)', async () => {
+    const single = await createPgDataSource({ poolSize: 1, synchronize: false });
+    try {
+      const store = new TypeOrmIdempotencyStore(single.dataSource, { tableName: uniqueName('unprepared'), preparedStatements: false });
+      await store.ensureTable();
+      const k = key();
+      const token = randomUUID();
+      expect((await store.claim(k, { token, leaseTtl: 10_000 })).claimed).toBe(true);
+      expect(await store.complete(k, token, { result: 'r', ttl: 60_000 })).toBe(true);
+      const rows: { name: string }[] = await single.dataSource.query('SELECT name FROM pg_prepared_statements');
+      expect(rows.filter((row) => row.name.startsWith('nestjs_idem_'))).toHaveLength(0);
+      expect(await store.get(k)).toMatchObject({ status: 'completed', result: 'r' });
+    } finally {
+      await single.destroy();
+    }
+  });
+
   it('answers every one of 50 concurrent claims: one winner, 49 get the winner record, even across snapshots', async () => {
     const store = await newStore();
     // Many rounds on fresh keys: each round races 50 claims through 10 connections, which is
