@@ -163,6 +163,19 @@ function withStatementNames(sql: RecordSql): RecordSql {
   return named as unknown as RecordSql;
 }
 
+/** The same statements without prepared-statement names (the `preparedStatements: false` option). */
+export function unnamedRecordSql(sql: RecordSql): RecordSql {
+  const unnamed: Record<string, unknown> = { ...sql };
+  for (const [kind, build] of Object.entries(sql)) {
+    if (typeof build !== 'function') continue;
+    unnamed[kind] = (...args: unknown[]): Statement => {
+      const statement = (build as (...values: unknown[]) => Statement)(...args);
+      return { sql: statement.sql, params: statement.params };
+    };
+  }
+  return unnamed as unknown as RecordSql;
+}
+
 function buildPostgresRecordSql(table: TableName): RecordSql {
   const t = table.quoted;
   return {

@@ -35,12 +35,19 @@ export function pgPoolOf(dataSource: DataSource): PgQueryPool | undefined {
  */
 export async function runPooledStatement(dataSource: DataSource, pool: PgQueryPool, statement: Statement): Promise<SqlResult> {
   if (!guardedDataSources.has(dataSource)) guardPgClientErrors(dataSource);
+  return runOnPg(dataSource, pool, statement);
+}
+
+/** A node-postgres pool or client: both take a query config and return a promise. */
+type PgQueryable = Pick<PgQueryPool, 'query'>;
+
+async function runOnPg(dataSource: DataSource, target: PgQueryable, statement: Statement): Promise<SqlResult> {
   const logger = dataSource.logger;
   logger.logQuery(statement.sql, statement.params);
   const startedAt = Date.now();
   let result;
   try {
-    result = await pool.query({ name: statement.name, text: statement.sql, values: statement.params });
+    result = await target.query({ name: statement.name, text: statement.sql, values: statement.params });
   } catch (error) {
     logger.logQueryError(error as Error, statement.sql, statement.params);
     throw error;
@@ -51,7 +58,19 @@ export async function runPooledStatement(dataSource: DataSource, pool: PgQueryPo
   return { rows: result.rows, affected: result.rowCount ?? result.rows.length };
 }
 
+/**
+ * The `pg` client a PostgreSQL query runner holds while connected (inside a
+ * transaction), so that named statements can be prepared on that very connection.
+ */
+function connectedPgClientOf(runner: QueryRunner): PgQueryable | undefined {
+  if (runner.isReleased || dataSourceOfRunner(runner).options.type !== 'postgres') return undefined;
+  const client = (runner as { databaseConnection?: Partial<PgQueryable> }).databaseConnection;
+  return client && typeof client.query === 'function' ? (client as PgQueryable) : undefined;
+}
+
 export async function runStatement(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
+  const client = statement.name ? connectedPgClientOf(runner) : undefined;
+  if (client) return runOnPg(dataSourceOfRunner(runner), client, statement);
   const result = await runner.query(statement.sql, statement.params, true);
   const rows = (result.records ?? []) as Record<string, unknown>[];
   return { rows, affected: result.affected ?? rows.length };

@@ -8,7 +8,7 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../core/store.js';
-import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
+import { DEFAULT_RECORDS_TABLE, recordsTableDdl, unnamedRecordSql, type RecordSql, type Statement } from './record-sql.js';
 import { createGuardedQueryRunner, pgPoolOf, runPooledStatement, runStatement, withRunner, type SqlResult } from './sql-runner.js';
 import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
@@ -47,16 +47,6 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
    * @default emits a process warning
    */
   onPurgeError?: (error: unknown) => void;
-  /**
-   * PostgreSQL: run the record statements as named prepared statements on the
-   * DataSource's pool, so the server parses and plans each one once per connection
-   * instead of on every call (about 2.5 times less database CPU per first execution,
-   * see docs/performance.md). Turn it off behind a pooler that cannot keep prepared
-   * statements, such as PgBouncer in transaction mode before 1.21 (or without
-   * `max_prepared_statements`).
-   * @default true
-   */
-  preparedStatements?: boolean;
 }
 
 export interface PurgeResult {
@@ -169,8 +159,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private run(statement: Statement): Promise<SqlResult> {
     const pool = this.sql.dialect === 'postgres' ? pgPoolOf(this.dataSource) : undefined;
     if (pool) {
-      const named = this.options.preparedStatements === false ? { sql: statement.sql, params: statement.params } : statement;
-      return runPooledStatement(this.dataSource, pool, named);
+      return runPooledStatement(this.dataSource, pool, statement);
     }
     return withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
   }
@@ -262,7 +251,8 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       const tableName = this.options.entity
         ? this.dataSource.getMetadata(this.options.entity).tablePath
         : (this.options.tableName ?? DEFAULT_RECORDS_TABLE);
-      this.resolvedSql = recordSqlFor(this.dataSource, tableName);
+      const sql = recordSqlFor(this.dataSource, tableName);
+      this.resolvedSql = this.options.preparedStatements === false ? unnamedRecordSql(sql) : sql;
     }
     return this.resolvedSql;
   }

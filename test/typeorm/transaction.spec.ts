@@ -27,6 +27,25 @@ describe('exactly-once transactions on PostgreSQL', () => {
     await db.destroy();
   });
 
+  it('prepares its record statements on the transaction connection, unless preparedStatements is false', async () => {
+    for (const preparedStatements of [true, false]) {
+      // One connection, so the session whose prepared statements we list is the transaction's.
+      const single = await createPgDataSource({ poolSize: 1 });
+      try {
+        await new TypeOrmIdempotencyStore(single.dataSource).ensureTable();
+        const key = randomUUID();
+        const run = () => runIdempotentTransaction(single.dataSource, { key, preparedStatements }, async () => ({ ok: true }));
+        await expect(run()).resolves.toEqual({ ok: true });
+        await expect(run()).resolves.toEqual({ ok: true });
+        const rows: { name: string }[] = await single.dataSource.query('SELECT name FROM pg_prepared_statements');
+        // insertIfAbsent and finish for the first run, readAny for the replay.
+        expect(rows.filter((row) => row.name.startsWith('nestjs_idem_'))).toHaveLength(preparedStatements ? 3 : 0);
+      } finally {
+        await single.destroy();
+      }
+    }
+  });
+
   async function newAccount(balance = 1000): Promise<number> {
     return (await dataSource.getRepository(Account).save({ balance })).id;
   }

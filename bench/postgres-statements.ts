@@ -1,0 +1,104 @@
+/**
+ * What one claim + complete, and one `runIdempotentTransaction`, cost on PostgreSQL, with
+ * and without prepared statements, without HTTP: operations per second, app CPU and
+ * PostgreSQL server CPU per operation.
+ *
+ *   npm run bench:postgres [-- --ops 4000 --concurrency 50 --rounds 2]
+ *
+ * The server CPU is read from /proc (every process named `postgres`, so run it on the
+ * database host, with nothing else using that server). Linux only.
+ */
+import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
+import { readFileSync, readdirSync } from 'node:fs';
+import { DataSource } from 'typeorm';
+import { loadLibModule } from './lib.js';
+
+const { TypeOrmIdempotencyStore, createIdempotencyRecordsMigration, runIdempotentTransaction } =
+  loadLibModule<typeof import('../lib/typeorm/index.js')>('typeorm/index.ts');
+
+function option(name: string, fallback: number): number {
+  const index = process.argv.indexOf(`--${name}`);
+  return index > 0 ? Number(process.argv[index + 1]) : fallback;
+}
+
+/** CPU time of every `postgres` process, µs (utime + stime; 100 ticks per second). */
+function postgresCpuMicros(): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== 'postgres') continue;
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      total += (Number(fields[11]) + Number(fields[12])) * 10_000;
+    } catch {
+      // The process ended while being read.
+    }
+  }
+  return total;
+}
+
+async function main(): Promise<void> {
+  const ops = option('ops', 4000);
+  const concurrency = option('concurrency', 50);
+  const rounds = option('rounds', 2);
+  const table = `bench_statements_${process.pid}`;
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    extra: { max: 20 },
+  });
+  await dataSource.initialize();
+  try {
+    const Migration = createIdempotencyRecordsMigration(table);
+    const runner = dataSource.createQueryRunner();
+    await new Migration().up(runner);
+    await runner.release();
+    const stores = {
+      prepared: new TypeOrmIdempotencyStore(dataSource, { tableName: table }),
+      unprepared: new TypeOrmIdempotencyStore(dataSource, { tableName: table, preparedStatements: false }),
+    };
+    let n = 0;
+    const nextKey = () => `k${process.pid}-${++n}`;
+    const cases: Record<string, (preparedStatements: boolean) => Promise<unknown>> = {
+      'claim + complete': async (preparedStatements) => {
+        const store = preparedStatements ? stores.prepared : stores.unprepared;
+        const key = nextKey();
+        const token = randomUUID();
+        await store.claim(key, { token, leaseTtl: 30_000, fingerprint: 'f' });
+        await store.complete(key, token, { result: '{"kind":"value","value":{"t":"u"}}', ttl: 600_000 });
+      },
+      'runIdempotentTransaction, first execution': (preparedStatements) =>
+        runIdempotentTransaction(dataSource, { key: nextKey(), tableName: table, preparedStatements }, async () => ({ ok: true })),
+    };
+    const lines = [
+      '| operation | statements | round | operations / s | app CPU µs / op | PostgreSQL CPU µs / op |',
+      '|---|---|--:|--:|--:|--:|',
+    ];
+    for (let round = 1; round <= rounds; round++) {
+      for (const [operation, run] of Object.entries(cases)) {
+        for (const preparedStatements of [true, false]) {
+          const cpuBefore = process.cpuUsage();
+          const serverBefore = postgresCpuMicros();
+          const startedAt = Date.now();
+          for (let done = 0; done < ops; done += concurrency) {
+            await Promise.all(Array.from({ length: Math.min(concurrency, ops - done) }, () => run(preparedStatements)));
+          }
+          const elapsed = Date.now() - startedAt;
+          const cpu = process.cpuUsage(cpuBefore);
+          const server = postgresCpuMicros() - serverBefore;
+          lines.push(
+            `| ${operation} | ${preparedStatements ? 'prepared (default)' : 'preparedStatements: false'} | ${round} | ` +
+              `${((ops / elapsed) * 1000).toFixed(0)} | ${((cpu.user + cpu.system) / ops).toFixed(0)} | ${(server / ops).toFixed(0)} |`,
+          );
+        }
+      }
+    }
+    process.stdout.write(`${ops} operations per run, ${concurrency} at once, pool of 20\n\n${lines.join('\n')}\n`);
+  } finally {
+    await dataSource.query(`DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
+    await dataSource.destroy();
+  }
+}
+
+void main();
