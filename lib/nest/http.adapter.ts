@@ -57,7 +57,7 @@ export class HttpTransportAdapter implements TransportAdapter {
   readonly defaultInFlight = 'reject' as const;
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
-    const headers = context.switchToHttp().getRequest<HttpRequestLike>().headers;
+    const headers = requestOf(context).headers;
     for (const name of config.keyHeaders) {
       const value = headers[name];
       if (value !== undefined) return Array.isArray(value) ? value.join(', ') : value;
@@ -72,18 +72,18 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   principal(context: ExecutionContext): string | number | undefined {
-    const user = context.switchToHttp().getRequest<HttpRequestLike>().user;
+    const user = requestOf(context).user;
     const id = user?.id ?? user?.sub;
     return typeof id === 'string' || typeof id === 'number' ? id : undefined;
   }
 
   fingerprintMaterial(context: ExecutionContext): unknown {
-    const request = context.switchToHttp().getRequest<HttpRequestLike>();
+    const request = requestOf(context);
     return { method: request.method, params: request.params ?? {}, body: request.body ?? null };
   }
 
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome {
-    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    const response = responseOf(context);
     if (response.headersSent || response.sent || response.raw?.headersSent) {
       return { kind: 'unstorable', reason: 'the handler sent the response itself (@Res() without passthrough)' };
     }
@@ -93,7 +93,7 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome {
-    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    const response = responseOf(context);
     const http = asHttpException(error);
     const status = http ? http.getStatus() : 500;
     const body = http ? http.getResponse() : { statusCode: 500, message: 'Internal server error' };
@@ -109,7 +109,7 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
-    const response = context.switchToHttp().getResponse<HttpResponseLike>();
+    const response = responseOf(context);
     if (outcome.kind === 'unstorable') {
       throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
     }
@@ -125,7 +125,7 @@ export class HttpTransportAdapter implements TransportAdapter {
   }
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
-    return toProblemHttpException(context.switchToHttp().getResponse<HttpResponseLike>(), error);
+    return toProblemHttpException(responseOf(context), error);
   }
 
   private meta(response: HttpResponseLike, status: number, config: ResolvedHandlerConfig): OutcomeMeta {
@@ -151,6 +151,22 @@ export function toProblemHttpException(response: HttpResponseLike, error: Idempo
   const retryAfterMs = (error as Partial<IdempotencyInFlightError>).retryAfterMs;
   if (retryAfterMs) setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
   return new HttpException(problemOf(error), error.status, { cause: error });
+}
+
+/**
+ * The request and response, read the way `switchToHttp()` reads them (arguments 0 and 1)
+ * without its per-call closures: these run several times on every request.
+ */
+function requestOf(context: ExecutionContext): HttpRequestLike {
+  return typeof context.getArgByIndex === 'function'
+    ? context.getArgByIndex<HttpRequestLike>(0)
+    : context.switchToHttp().getRequest<HttpRequestLike>();
+}
+
+function responseOf(context: ExecutionContext): HttpResponseLike {
+  return typeof context.getArgByIndex === 'function'
+    ? context.getArgByIndex<HttpResponseLike>(1)
+    : context.switchToHttp().getResponse<HttpResponseLike>();
 }
 
 function isFastifyReply(response: HttpResponseLike): boolean {

@@ -74,6 +74,9 @@ export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
       Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapper);
     }
     descriptor.value = wrapper as unknown as T;
+    // Installed here as well as returned: plain-JavaScript callers of Reflect.decorate()
+    // get the new descriptor back but often never define it on the class.
+    Object.defineProperty(target, propertyKey, descriptor);
 
     CurrentExecutionContext()(target, propertyKey, contextIndex);
     injectInterceptor(target);

@@ -202,3 +202,39 @@ describe('@Idempotent() on a microservice handler without parameter decorators (
     expect(second).toEqual(first);
   });
 });
+
+describe('@Idempotent() applied with Reflect.decorate() from plain JavaScript', () => {
+  it('installs its wrapper even when the caller never defines the returned descriptor', async () => {
+    let runs = 0;
+    class PlainController {
+      charge(body: { amount: number }) {
+        runs += 1;
+        return { id: `pay_${runs}`, amount: body.amount };
+      }
+    }
+    Reflect.decorate([Controller('plain')], PlainController);
+    // What a plain-JavaScript app writes: the returned descriptor is dropped.
+    Reflect.decorate(
+      [Post(), Idempotent(), (target: object, key: string | symbol | undefined) => Body()(target, key!, 0)],
+      PlainController.prototype,
+      'charge',
+      Object.getOwnPropertyDescriptor(PlainController.prototype, 'charge'),
+    );
+    @Module({ imports: [IdempotencyModule.forRoot()], controllers: [PlainController] })
+    class PlainModule {}
+    const app = await NestFactory.create(PlainModule, { logger: NEST_LOGGER });
+    try {
+      await app.init();
+      const key = uniqueName('plain');
+      const first = await request(app.getHttpServer()).post('/plain').set('Idempotency-Key', key).send({ amount: 4 });
+      const second = await request(app.getHttpServer()).post('/plain').set('Idempotency-Key', key).send({ amount: 4 });
+      expect(first.status).toBe(201);
+      expect(second.status).toBe(201);
+      expect(second.headers['idempotent-replayed']).toBe('true');
+      expect(second.body).toEqual(first.body);
+      expect(runs).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+});
