@@ -2,6 +2,9 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createServer } from 'node:net';
 import * as amqp from 'amqplib';
+import type { INestMicroservice, Type } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ClientProxyFactory, Transport, type ClientProxy, type MicroserviceOptions } from '@nestjs/microservices';
 import { MemoryIdempotencyStore, type CompleteRequest } from '../../lib/index.js';
 
 export const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -147,4 +150,18 @@ export function nestMicroservicesMajor(): number {
   const entry = require.resolve('@nestjs/microservices');
   const manifest = JSON.parse(readFileSync(join(dirname(entry), 'package.json'), 'utf8')) as { version: string };
   return Number(manifest.version.split('.')[0]);
+}
+
+/** A TCP microservice of `module` on a free port, and a client connected to it; close both in afterAll. */
+export async function startTcpMicroservice(module: Type<unknown>): Promise<{ app: INestMicroservice; client: ClientProxy }> {
+  const port = await freePort();
+  const app = await NestFactory.createMicroservice<MicroserviceOptions>(module, {
+    transport: Transport.TCP,
+    options: { host: '127.0.0.1', port },
+    logger: NEST_LOGGER,
+  });
+  await app.listen();
+  const client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
+  await client.connect();
+  return { app, client };
 }

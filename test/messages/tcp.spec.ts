@@ -20,7 +20,7 @@ import {
   isIdempotencyRpcError,
   type IdempotencyEvent,
 } from '../../lib/index.js';
-import { Effects, NEST_LOGGER, freePort, sleep, uniqueName, waitFor } from './support.js';
+import { Effects, NEST_LOGGER, freePort, sleep, startTcpMicroservice, uniqueName, waitFor } from './support.js';
 
 interface RefundCommand {
   requestId?: string;
@@ -71,20 +71,12 @@ describe('TCP: @Idempotent() with the key option reading the payload', () => {
   let client: ClientProxy | undefined;
 
   beforeAll(async () => {
-    const port = await freePort();
     @Module({
       imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore(), onEvent: (e) => events.push(e) })],
       controllers: [RefundsTcpController],
     })
     class TcpModule {}
-    app = await NestFactory.createMicroservice<MicroserviceOptions>(TcpModule, {
-      transport: Transport.TCP,
-      options: { host: '127.0.0.1', port },
-      logger: NEST_LOGGER,
-    });
-    await app.listen();
-    client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
-    await client.connect();
+    ({ app, client } = await startTcpMicroservice(TcpModule));
   });
 
   afterAll(async () => {

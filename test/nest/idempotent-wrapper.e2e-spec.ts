@@ -12,20 +12,12 @@ import {
   type PipeTransform,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import {
-  Ctx,
-  MessagePattern,
-  Transport,
-  ClientProxyFactory,
-  TcpContext,
-  type ClientProxy,
-  type MicroserviceOptions,
-} from '@nestjs/microservices';
+import { Ctx, MessagePattern, TcpContext, type ClientProxy } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import request from 'supertest';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, scopeOf, storageKeyOf, type IdempotencyEvent } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { NEST_LOGGER, freePort, uniqueName } from '../messages/support.js';
+import { NEST_LOGGER, startTcpMicroservice, uniqueName } from '../messages/support.js';
 
 /**
  * `@Idempotent()` wraps the method instead of adding an interceptor (so a route pays no
@@ -170,17 +162,9 @@ describe('@Idempotent() on a microservice handler without parameter decorators (
   }
 
   beforeAll(async () => {
-    const port = await freePort();
     @Module({ imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })], controllers: [RawArgsController] })
     class TcpModule {}
-    app = await NestFactory.createMicroservice<MicroserviceOptions>(TcpModule, {
-      transport: Transport.TCP,
-      options: { host: '127.0.0.1', port },
-      logger: NEST_LOGGER,
-    });
-    await app.listen();
-    client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
-    await client.connect();
+    ({ app, client } = await startTcpMicroservice(TcpModule));
   });
   afterAll(async () => {
     await client?.close();
