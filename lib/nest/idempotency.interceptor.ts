@@ -91,8 +91,9 @@ class DirectHandlerCall implements HandlerCall {
   run(): Promise<unknown> {
     try {
       const result = this.invoke();
-      if (isObservable(result)) return lastValue(result).then((value) => (value === NO_REPLY ? undefined : value));
-      return Promise.resolve(result);
+      if (!isObservable(result)) return Promise.resolve(result);
+      // A handler may return an Observable: its last value answers, as in Nest.
+      return new ObservableHandlerCall({ handle: () => result }).run().then((value) => (value === NO_REPLY ? undefined : value));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -462,11 +463,4 @@ function validateDurations(handlerName: string, options: IdempotentOptions): voi
 
 function stripUndefined<T extends object>(value: T): Partial<T> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
-function lastValue(source: Observable<unknown>): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    let last: unknown = NO_REPLY;
-    source.subscribe({ next: (v) => (last = v), error: reject, complete: () => resolve(last) });
-  });
 }

@@ -135,16 +135,17 @@ export interface RecordSql {
 
 const PG_NOW = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
-export function postgresRecordSql(table: TableName): RecordSql {
-  return withStatementNames(buildPostgresRecordSql(table));
+/**
+ * `prepared`: each kind of statement gets a prepared-statement name derived from its
+ * text (which depends on the table only). Parsing and planning these statements cost
+ * PostgreSQL more CPU than running them: prepared once per connection, a claim +
+ * complete costs the server about 0.5 ms instead of 1.1–1.3 ms (`npm run bench:postgres`).
+ */
+export function postgresRecordSql(table: TableName, prepared = true): RecordSql {
+  const sql = buildPostgresRecordSql(table);
+  return prepared ? withStatementNames(sql) : sql;
 }
 
-/**
- * Gives each kind of statement a prepared-statement name derived from its text (which
- * depends on the table only). Parsing and planning these statements cost PostgreSQL more
- * CPU than running them: prepared once per connection, a claim + complete costs the
- * server about 0.4 ms instead of 1.1 ms (bench/.scratch measurements in docs/performance.md).
- */
 function withStatementNames(sql: RecordSql): RecordSql {
   const named: Record<string, unknown> = { ...sql };
   for (const [kind, build] of Object.entries(sql)) {
@@ -161,19 +162,6 @@ function withStatementNames(sql: RecordSql): RecordSql {
     };
   }
   return named as unknown as RecordSql;
-}
-
-/** The same statements without prepared-statement names (the `preparedStatements: false` option). */
-export function unnamedRecordSql(sql: RecordSql): RecordSql {
-  const unnamed: Record<string, unknown> = { ...sql };
-  for (const [kind, build] of Object.entries(sql)) {
-    if (typeof build !== 'function') continue;
-    unnamed[kind] = (...args: unknown[]): Statement => {
-      const statement = (build as (...values: unknown[]) => Statement)(...args);
-      return { sql: statement.sql, params: statement.params };
-    };
-  }
-  return unnamed as unknown as RecordSql;
 }
 
 function buildPostgresRecordSql(table: TableName): RecordSql {

@@ -8,7 +8,7 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../core/store.js';
-import { DEFAULT_RECORDS_TABLE, recordsTableDdl, unnamedRecordSql, type RecordSql, type Statement } from './record-sql.js';
+import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
 import { createGuardedQueryRunner, pgPoolOf, runPooledStatement, runStatement, withRunner, type SqlResult } from './sql-runner.js';
 import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
@@ -158,9 +158,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   /** One statement outside any transaction: on the pool as a prepared statement (PostgreSQL), else through a query runner. */
   private run(statement: Statement): Promise<SqlResult> {
     const pool = this.sql.dialect === 'postgres' ? pgPoolOf(this.dataSource) : undefined;
-    if (pool) {
-      return runPooledStatement(this.dataSource, pool, statement);
-    }
+    if (pool) return runPooledStatement(this.dataSource, pool, statement);
     return withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
   }
 
@@ -251,8 +249,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       const tableName = this.options.entity
         ? this.dataSource.getMetadata(this.options.entity).tablePath
         : (this.options.tableName ?? DEFAULT_RECORDS_TABLE);
-      const sql = recordSqlFor(this.dataSource, tableName);
-      this.resolvedSql = this.options.preparedStatements === false ? unnamedRecordSql(sql) : sql;
+      this.resolvedSql = recordSqlFor(this.dataSource, tableName, this.options.preparedStatements !== false);
     }
     return this.resolvedSql;
   }

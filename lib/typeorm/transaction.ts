@@ -8,15 +8,7 @@ import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } f
 import { replayValue } from '../core/engine.js';
 import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
 import { defaultSchemaOf } from './migration.js';
-import {
-  DEFAULT_RECORDS_TABLE,
-  dialectOf,
-  parseTableName,
-  postgresRecordSql,
-  sqliteRecordSql,
-  unnamedRecordSql,
-  type RecordSql,
-} from './record-sql.js';
+import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, postgresRecordSql, sqliteRecordSql, type RecordSql } from './record-sql.js';
 import {
   MutexTimeoutError,
   createGuardedQueryRunner,
@@ -52,9 +44,8 @@ export interface TransactionTuning {
    * DataSource's pool, so the server parses and plans each one once per connection
    * instead of on every call (about 2.5 times less database CPU per first execution,
    * see docs/performance.md); inside a transaction, on the transaction's connection.
-   * Turn it off behind a pooler that cannot keep prepared
-   * statements, such as PgBouncer in transaction mode before 1.21 (or without
-   * `max_prepared_statements`).
+   * Turn it off behind a pooler that cannot keep prepared statements, such as PgBouncer
+   * in transaction mode before 1.21 (or without `max_prepared_statements`).
    * @default true
    */
   preparedStatements?: boolean;
@@ -83,7 +74,6 @@ export async function runRecordTransaction<T>(
   tuning: TransactionTuning = {},
 ): Promise<TransactionalResult<T>> {
   validateTtl(request.ttl);
-  if (tuning.preparedStatements === false) sql = unnamedRecordSql(sql);
   const outer = transactionContext.getStore();
   // Nested call on the same DataSource: join the running transaction through a savepoint,
   // so the inner record commits (or rolls back) with the outer work.
@@ -263,15 +253,19 @@ function validateTtl(ttl: number): void {
 
 const recordSqlCache = new WeakMap<DataSource, Map<string, RecordSql>>();
 
-/** @internal The record SQL for a table of a DataSource (cached; the DataSource's schema applies to unqualified names). */
-export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE): RecordSql {
+/**
+ * @internal The record SQL for a table of a DataSource (cached; the DataSource's schema
+ * applies to unqualified names), with or without prepared-statement names.
+ */
+export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE, preparedStatements = true): RecordSql {
   let byTable = recordSqlCache.get(dataSource);
   if (!byTable) recordSqlCache.set(dataSource, (byTable = new Map()));
-  let sql = byTable.get(tableName);
+  const cacheKey = preparedStatements ? tableName : `${tableName}\0unprepared`;
+  let sql = byTable.get(cacheKey);
   if (!sql) {
     const table = parseTableName(tableName, defaultSchemaOf(dataSource));
-    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table) : sqliteRecordSql(table);
-    byTable.set(tableName, sql);
+    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table, preparedStatements) : sqliteRecordSql(table);
+    byTable.set(cacheKey, sql);
   }
   return sql;
 }
@@ -349,7 +343,7 @@ export async function executeIdempotentTransaction<T>(
     fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),
     ttl: options.ttl ?? DEFAULT_TTL,
   };
-  const sql = recordSqlFor(dataSource, options.tableName);
+  const sql = recordSqlFor(dataSource, options.tableName, options.preparedStatements !== false);
   const outcome = await runRecordTransaction(
     dataSource,
     sql,
