@@ -45,6 +45,14 @@ export interface IdempotencyStore {
   delete(key: string): Promise<boolean>;
   /** Optional readiness probe for health checks. */
   ping?(): Promise<void>;
+  /**
+   * Optional boot check, called once when the application initialises (for the module's
+   * store and every handler's own store). Throw an `IdempotencyConfigurationError` when
+   * the store can never work as configured (its table does not exist, its driver is not
+   * supported): `app.init()` then rejects with that message. Any other error means the
+   * store is only unreachable for now; it is logged and the application still starts.
+   */
+  verify?(): Promise<void>;
 }
 
 /** Injection token for the store, same name as the interface (as in @nestjs/throttler). */
