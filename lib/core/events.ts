@@ -24,7 +24,12 @@ export type IdempotencyEventType =
   /** The result could not be stored (stream, too large); duplicates will get a not-replayable error. */
   | 'response_not_storable'
   /** The store failed. `failOpen` tells whether the handler then ran unprotected. */
-  | 'store_error';
+  | 'store_error'
+  /**
+   * The memory store, full, dropped a completed result before its `ttl` ran out: a retry
+   * with that key would run the handler again. Raise `maxEntries` or move to a shared store.
+   */
+  | 'evicted_before_expiry';
 
 export interface IdempotencyEvent {
   readonly type: IdempotencyEventType;

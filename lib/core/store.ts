@@ -1,3 +1,4 @@
+import type { IdempotencyEventListener } from './events.js';
 import type { ClaimResult, IdempotencyRecord } from './record.js';
 
 export interface ClaimRequest {
@@ -53,6 +54,13 @@ export interface IdempotencyStore {
    * store is only unreachable for now; it is logged and the application still starts.
    */
   verify?(): Promise<void>;
+  /**
+   * Optional: lets the module hear what the store does on its own, outside any request
+   * (the memory store evicting an unexpired result, a failed background purge), so those
+   * events reach the same listeners and log as every other. Store-wide events carry an
+   * empty `key`. Returns a function that removes the listener.
+   */
+  addEventListener?(listener: IdempotencyEventListener): () => void;
 }
 
 /** Injection token for the store, same name as the interface (as in @nestjs/throttler). */

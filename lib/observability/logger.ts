@@ -18,6 +18,7 @@ export const DEFAULT_IDEMPOTENCY_LOG_LEVELS: Readonly<Record<IdempotencyEventTyp
   abandoned: 'warn',
   response_not_storable: 'warn',
   store_error: 'error',
+  evicted_before_expiry: 'warn',
 };
 
 export interface IdempotencyLoggerOptions {
