@@ -6,8 +6,11 @@ const MAX_DEPTH = 256;
 
 /**
  * JSON with object keys sorted, so that two payloads equal as data hash equal whatever
- * their key order. Buffers and typed arrays become base64, Dates ISO strings, bigints
- * decimal strings; `undefined` members are dropped like JSON.stringify does.
+ * their key order. Buffers and typed arrays become base64, Dates ISO strings; object
+ * members holding `undefined` are dropped like JSON.stringify does. Values JSON cannot
+ * hold (`Infinity`, `NaN`, `-0`, bigints, `undefined` in an array) are written as bare
+ * tokens that no JSON value produces, so they never collide with `null` or a string:
+ * the output is hashed, never parsed.
  */
 export function canonicalJson(value: unknown): string {
   // Built by concatenation (V8 ropes) with the open objects on a small array: this runs
@@ -16,19 +19,25 @@ export function canonicalJson(value: unknown): string {
 }
 
 function write(value: unknown, depth: number, stack: object[]): string {
-  if (value === null || value === undefined) return 'null';
+  if (value === null) return 'null';
   switch (typeof value) {
     case 'string':
       return JSON.stringify(value);
     case 'number':
-      return Number.isFinite(value) ? String(value) : 'null';
+      // Non-finite numbers and -0 are written as bare tokens no JSON value produces, so
+      // `{"amount":1e999}` (parsed as Infinity) never fingerprints like `{"amount":null}`.
+      if (Number.isFinite(value)) return value === 0 && 1 / value < 0 ? '-0' : String(value);
+      return String(value);
     case 'boolean':
       return value ? 'true' : 'false';
     case 'bigint':
-      return JSON.stringify(value.toString());
+      return 'n' + value.toString();
+    case 'undefined':
     case 'function':
     case 'symbol':
-      return 'null';
+      // Only reached at the top level and inside arrays (object members holding them are
+      // dropped, as in JSON): `[undefined]` must not equal `[null]`.
+      return 'undefined';
   }
   if (depth >= MAX_DEPTH) throw new IdempotencyRequestInvalidError(`payload nested deeper than ${MAX_DEPTH} levels`);
   const obj = value as object;

@@ -13,7 +13,11 @@ export function normalizeIdempotencyKey(raw: unknown): string {
   if (typeof raw === 'number' && Number.isFinite(raw)) raw = String(raw);
   if (typeof raw !== 'string') throw new IdempotencyKeyInvalidError('it must be a string');
   let key = raw;
-  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) {
+  if (key.startsWith('"') || key.endsWith('"')) {
+    // A quote at either end means a structured-field string: it must be a whole one.
+    if (key.length < 2 || !key.startsWith('"') || !key.endsWith('"')) {
+      throw new IdempotencyKeyInvalidError('it is a malformed quoted string (a quote is not closed)');
+    }
     key = unquoteStructuredString(key);
   }
   if (key.length === 0 || key.trim().length === 0) throw new IdempotencyKeyInvalidError('it is empty');
@@ -40,4 +44,38 @@ function unquoteStructuredString(quoted: string): string {
     }
   }
   return out;
+}
+
+/**
+ * The one key an `Idempotency-Key` header carries, before `normalizeIdempotencyKey`.
+ * Node joins repeated header lines with `", "`, so a comma outside a quoted string, or
+ * a quote inside a bare token, means the request sent more than one value (or a broken
+ * one): refused, never read as one key `"a, b"`.
+ */
+export function parseIdempotencyKeyHeader(value: string | readonly string[]): string {
+  if (typeof value !== 'string') {
+    if (value.length !== 1) throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
+    value = value[0]!;
+  }
+  const trimmed = value.trim();
+  if (trimmed.startsWith('"')) {
+    // The closing quote is the first unescaped one; nothing may follow it.
+    let i = 1;
+    for (; i < trimmed.length; i++) {
+      if (trimmed[i] === '\\') i++;
+      else if (trimmed[i] === '"') break;
+    }
+    if (i >= trimmed.length) throw new IdempotencyKeyInvalidError('it is a malformed quoted string (a quote is not closed)');
+    if (i !== trimmed.length - 1) {
+      throw new IdempotencyKeyInvalidError(
+        trimmed.slice(i + 1).trimStart().startsWith(',')
+          ? 'the request carries more than one Idempotency-Key value'
+          : 'it is a malformed quoted string (text after the closing quote)',
+      );
+    }
+    return trimmed;
+  }
+  if (trimmed.includes(',')) throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
+  if (trimmed.includes('"')) throw new IdempotencyKeyInvalidError('it is a malformed quoted string (a quote inside a bare key)');
+  return trimmed;
 }

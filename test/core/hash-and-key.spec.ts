@@ -1,4 +1,4 @@
-import { canonicalJson, fingerprintOf, normalizeIdempotencyKey, storageKeyOf } from '../../lib/index.js';
+import { canonicalJson, fingerprintOf, normalizeIdempotencyKey, parseIdempotencyKeyHeader, storageKeyOf } from '../../lib/index.js';
 
 describe('canonicalJson', () => {
   it('sorts keys at every depth and keeps array order', () => {
@@ -9,8 +9,17 @@ describe('canonicalJson', () => {
 
   it('encodes buffers, dates, bigints and drops undefined members', () => {
     expect(canonicalJson({ b: Buffer.from('hi'), d: new Date(0), n: 10n, u: undefined })).toBe(
-      '{"b":"b64:aGk=","d":"1970-01-01T00:00:00.000Z","n":"10"}',
+      '{"b":"b64:aGk=","d":"1970-01-01T00:00:00.000Z","n":n10}',
     );
+  });
+
+  it('never lets a value JSON cannot hold collide with null, a string or its neighbour', () => {
+    const variants: unknown[] = [null, Infinity, -Infinity, NaN, 0, -0, 'Infinity', 'null', '10', 10, 10n, undefined];
+    const inArrays = new Set(variants.map((v) => fingerprintOf([v])));
+    expect(inArrays.size).toBe(variants.length);
+    // `{"amount":1e999}` is parsed as Infinity: it is not the request `{"amount":null}`.
+    expect(fingerprintOf(JSON.parse('{"amount":1e999}'))).not.toBe(fingerprintOf({ amount: null }));
+    expect(fingerprintOf([undefined])).not.toBe(fingerprintOf([null]));
   });
 
   it('refuses hostile nesting and cycles with a client error instead of overflowing', () => {
@@ -31,7 +40,7 @@ describe('normalizeIdempotencyKey', () => {
     expect(normalizeIdempotencyKey(42)).toBe('42');
   });
 
-  it.each([[''], ['   '], ['x'.repeat(256)], ['a\nb'], ['a\u0000'], ['a\u007f'], ['"unterminated\\"'], [{}], [null]])(
+  it.each([[''], ['   '], ['x'.repeat(256)], ['a\nb'], ['a\u0000'], ['a\u007f'], ['"unterminated\\"'], ['"q1'], ['q1"'], ['"'], [{}], [null]])(
     'rejects %j',
     (raw) => {
       expect(() => normalizeIdempotencyKey(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
@@ -40,6 +49,17 @@ describe('normalizeIdempotencyKey', () => {
 
   it('accepts 255 characters and Unicode', () => {
     expect(normalizeIdempotencyKey('é'.repeat(255))).toHaveLength(255);
+  });
+});
+
+describe('parseIdempotencyKeyHeader', () => {
+  it('reads one bare or quoted value', () => {
+    expect(parseIdempotencyKeyHeader('abc')).toBe('abc');
+    expect(normalizeIdempotencyKey(parseIdempotencyKeyHeader('"a,b"'))).toBe('a,b');
+  });
+
+  it.each([['a, b'], ['a,b'], ['"a", "b"'], ['"a",b'], [['a', 'b']], ['"q1'], ['ab"c']])('refuses %j with 400', (raw) => {
+    expect(() => parseIdempotencyKeyHeader(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
   });
 });
 
