@@ -1,35 +1,65 @@
 #!/usr/bin/env bash
-# Starts each service the tests talk to, when it is not answering already, and waits for it.
-set -u
+# Starts each service the tests talk to, when it is not answering already, and waits for
+# it. The first service that cannot be started or does not answer stops the script with
+# a non-zero status and its name, so CI fails here rather than later in a test with a
+# connection error that hides the cause.
+set -uo pipefail
+
+fail() { # name, what went wrong
+  echo "service $1: FAILED: $2" >&2
+  exit 1
+}
 
 wait_for() { # name, probe command, tries
   local name=$1 probe=$2 tries=${3:-60}
   for _ in $(seq 1 "$tries"); do
-    if bash -c "$probe" >/dev/null 2>&1; then echo "service $name: up"; return 0; fi
+    if bash -c "$probe" >/dev/null 2>&1; then
+      echo "service $name: up"
+      return 0
+    fi
     sleep 1
   done
-  echo "service $name: NOT answering after ${tries}s" >&2
-  return 1
+  fail "$name" "not answering after ${tries}s (probe: $probe)"
+}
+
+# A start command that exits non-zero is not final on its own (some report an error when
+# the service is already starting): the probe that follows decides. A missing command is.
+start() { # name, command...
+  local name=$1
+  shift
+  command -v "$1" >/dev/null 2>&1 || fail "$name" "'$1' is not installed"
+  "$@" || echo "service $name: '$*' exited with $?; waiting for it to answer anyway" >&2
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# Redis, 6379: also needs redis-server and redis-cli on the PATH for the Cluster and outage suites.
+command -v redis-cli >/dev/null 2>&1 || fail redis "'redis-cli' is not installed (the Cluster and outage tests need redis-server and redis-cli)"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  start redis redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
 fi
 wait_for redis "redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG"
 
+# PostgreSQL, 5432: user postgres (trust), database test.
 if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  [ -d /etc/postgresql ] || fail postgresql "no cluster under /etc/postgresql"
+  start postgresql pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
 fi
 wait_for postgresql "pg_isready -h 127.0.0.1 -p 5432"
-psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test"
+if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1; then
+  psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test" >/dev/null || fail postgresql "cannot create database test"
+fi
+psql -h 127.0.0.1 -U postgres -d test -tAc "SELECT 1" >/dev/null || fail postgresql "user postgres cannot connect to database test"
 
-if ! port_open 5672; then rabbitmq-server -detached || true; fi
+# RabbitMQ, 5672: guest/guest, vhost /.
+if ! port_open 5672; then start rabbitmq rabbitmq-server -detached; fi
 wait_for rabbitmq "(exec 3<>/dev/tcp/127.0.0.1/5672)" 120
 
+# NATS with JetStream, 4222.
 if ! port_open 4222; then
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  start nats start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
 fi
 wait_for nats "(exec 3<>/dev/tcp/127.0.0.1/4222)"
+
+echo "services: all up"
