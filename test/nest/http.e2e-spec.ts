@@ -4,12 +4,12 @@ import request from 'supertest';
 import {
   IdempotencyInterceptor,
   MemoryIdempotencyStore,
-  scopeOf,
-  storageKeyOf,
+  type ClaimRequest,
+  type ClaimResult,
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '../../lib/index.js';
-import { createHttpApp, sleep, type Effects, type Hooks, type Platform } from './http-app.js';
+import { createHttpApp, type Effects, type Hooks, type Platform } from './http-app.js';
 
 // NestJS 11's Express adapter forces error bodies to application/json (see http.adapter.ts).
 const nestMajor = Number(require('@nestjs/core/package.json').version.split('.')[0]);
@@ -18,16 +18,43 @@ const problemType = (platform: Platform) => (platform === 'express' && nestMajor
 let keySeq = 0;
 const newKey = () => `key-${process.pid}-${Date.now()}-${++keySeq}`;
 
+/** Polls `condition` until it holds; fails with `what` when `deadlineMs` passes first. */
+async function until(what: string, condition: () => boolean | Promise<boolean>, deadlineMs = 10_000): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${deadlineMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** The memory store, telling the test which storage keys were claimed and how often a lease was renewed. */
+class ObservedStore extends MemoryIdempotencyStore {
+  readonly claims: Array<{ key: string; request: ClaimRequest; claimedAt: number }> = [];
+  renewals = 0;
+
+  override async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const result = await super.claim(key, request);
+    if (result.claimed) this.claims.push({ key, request, claimedAt: Date.now() });
+    return result;
+  }
+
+  override async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
+    const renewed = await super.renew(key, token, leaseTtl);
+    if (renewed) this.renewals++;
+    return renewed;
+  }
+}
+
 describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (platform) => {
   let app: INestApplication;
   let effects: Effects;
   let hooks: Hooks;
-  let store: MemoryIdempotencyStore;
+  let store: ObservedStore;
   const events: IdempotencyEvent[] = [];
   const server = () => app.getHttpServer();
 
   beforeAll(async () => {
-    store = new MemoryIdempotencyStore();
+    store = new ObservedStore();
     ({ app, effects, hooks } = await createHttpApp(platform, { module: { store, onEvent: (e) => events.push(e) } }));
   });
   afterAll(async () => {
@@ -259,31 +286,69 @@ describe.each<Platform>(['express', 'fastify'])('@Idempotent over HTTP (%s)', (p
     expect(control.body.code).toBe('IDEMPOTENCY_KEY_INVALID');
   });
 
-  it('renews the lease: a handler still running after 3 x leaseTtl is not run twice', async () => {
-    const key = newKey();
-    const before = effects.count('slowLease');
-    const first = request(server())
-      .post('/slow-lease')
-      .set('Idempotency-Key', key)
-      .then((r) => r);
-    await sleep(650); // > 3 x 200 ms lease
-    const retry = await request(server()).post('/slow-lease').set('Idempotency-Key', key);
-    expect(retry.status).toBe(409);
-    expect((await first).status).toBe(201);
-    expect(effects.count('slowLease') - before).toBe(1);
+  it('renews the lease: a handler still running a whole leaseTtl past its first lease is not run twice', async () => {
+    // An app of its own, so that every handler gets a short lease; the handler is held on
+    // a gate, so the retry always arrives while it still runs, however slow the machine.
+    // The lease is long enough that only an event-loop stall of 2/3 of it (the renewal
+    // runs every third) could lose it.
+    const leaseTtl = 1_000;
+    const leased = new ObservedStore();
+    const own = await createHttpApp(platform, { module: { store: leased, leaseTtl } });
+    let open!: () => void;
+    own.hooks.gate = new Promise<void>((resolve) => (open = resolve));
+    try {
+      const key = newKey();
+      const first = request(own.app.getHttpServer()).post('/charges').set('Idempotency-Key', key).send({ amount: 3 });
+      const firstAnswer = first.then((r) => r); // sends it now
+      await until('the first request to reach the handler', () => own.effects.count('charge') === 1);
+      const [claim] = leased.claims;
+      const firstLeaseEnd = claim.claimedAt + leaseTtl;
+      // Without renewal the key would be claimable from firstLeaseEnd on.
+      await until('a lease period past the first lease', () => Date.now() > firstLeaseEnd + leaseTtl);
+      const record = await leased.get(claim.key);
+      expect(record).toMatchObject({ status: 'in_progress', leaseToken: claim.request.token });
+      expect(leased.renewals).toBeGreaterThanOrEqual(2);
+      const retry = await request(own.app.getHttpServer()).post('/charges').set('Idempotency-Key', key).send({ amount: 3 });
+      expect(retry.status).toBe(409);
+      expect(retry.body.code).toBe('IDEMPOTENCY_REQUEST_IN_FLIGHT');
+      open();
+      expect((await firstAnswer).status).toBe(201);
+      const replay = await request(own.app.getHttpServer()).post('/charges').set('Idempotency-Key', key).send({ amount: 3 });
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(own.effects.count('charge')).toBe(1);
+    } finally {
+      open();
+      await own.app.close();
+    }
   });
 
   it('lets a retry take over a claim whose owner vanished once leaseTtl has passed', async () => {
     const key = newKey();
-    // A worker that claimed the key and died: it never completes nor renews.
-    const storageKey = storageKeyOf(scopeOf('PaymentsController.other'), key);
-    await store.claim(storageKey, { token: 'dead-worker', leaseTtl: 300, fingerprint: undefined });
+    // The storage key is learnt from a real request rather than computed here, so the
+    // test does not depend on how scopes are derived.
+    const probe = await request(server()).post('/other').set('Idempotency-Key', key);
+    expect(probe.status).toBe(201);
+    const { key: storageKey, request: probeClaim } = store.claims[store.claims.length - 1];
+    // A worker that claimed the key and died: it never completes nor renews. While its
+    // lease lasts (a minute: no request here can outlive it), a retry is refused.
+    await store.delete(storageKey);
+    const dead = { token: 'dead-worker', fingerprint: probeClaim.fingerprint };
+    expect((await store.claim(storageKey, { ...dead, leaseTtl: 60_000 })).claimed).toBe(true);
     const before = effects.count('other');
     const early = await request(server()).post('/other').set('Idempotency-Key', key);
     expect(early.status).toBe(409);
-    await sleep(400);
+    expect(effects.count('other') - before).toBe(0);
+    // Time passes for the dead worker: its record is swapped for one whose lease ends in
+    // 50 ms, and nothing reads it (a read would drop it) until that moment is over, so the
+    // retry meets an expired lease of another token, as after a crash.
+    await store.delete(storageKey);
+    const expiring = await store.claim(storageKey, { ...dead, leaseTtl: 50 });
+    if (!expiring.claimed) throw new Error('the dead worker could not claim the key again');
+    const { leaseExpiresAt } = expiring.record;
+    await until('the dead worker lease to run out', () => Date.now() > leaseExpiresAt);
     const late = await request(server()).post('/other').set('Idempotency-Key', key);
     expect(late.status).toBe(201);
+    expect(late.headers['idempotent-replayed']).toBeUndefined();
     expect(effects.count('other') - before).toBe(1);
   });
 });
