@@ -1,11 +1,14 @@
 import type { INestApplication } from '@nestjs/common';
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
 import { DataSource } from 'typeorm';
 import request from 'supertest';
 import * as amqp from 'amqplib';
 import { Redis } from 'ioredis';
 import { createSampleApp } from '../src/app.js';
 import { configFromEnv, type SampleAppConfig } from '../src/config.js';
+import { OrderEventsPublisher } from '../src/messages/order-events.publisher.js';
 
 // The sample app on its embedded defaults (memory store + in-memory SQLite) and on the
 // real stores (Redis 127.0.0.1:6379 + PostgreSQL 127.0.0.1:5432/test, in a schema of its own).
@@ -31,17 +34,46 @@ const configs: Array<[string, SampleAppConfig]> = [
   ],
 ];
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls until no message is ready on the queue (the consumer took them all). */
-async function waitForDrainedQueue(url: string, queue: string): Promise<void> {
-  const connection = await amqp.connect(url);
-  try {
-    const channel = await connection.createChannel();
-    for (let i = 0; i < 200 && (await channel.checkQueue(queue)).messageCount > 0; i++) await sleep(50);
-  } finally {
-    await connection.close();
+/** Polls `probe` until `done` holds on its value; fails, naming `what` and the last value, at the deadline. */
+async function until<T>(what: string, probe: () => Promise<T>, done: (value: T) => boolean, deadlineMs = 30_000): Promise<T> {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const value = await probe();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${deadlineMs} ms waiting for ${what}; last seen: ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * Messages of one queue that are ready and that a consumer holds unacknowledged. AMQP
+ * itself reports only the ready ones (queue.declare-ok), and a message taken but not yet
+ * acked is exactly one whose effect may still be running, so the broker is asked with
+ * rabbitmqctl (on the PATH where RabbitMQ runs, as root or the rabbitmq user).
+ */
+async function queueDepth(queue: string): Promise<{ ready: number; unacked: number }> {
+  let stdout: string;
+  try {
+    ({ stdout } = await execFileAsync(
+      'rabbitmqctl',
+      ['list_queues', '--quiet', '--no-table-headers', 'name', 'messages_ready', 'messages_unacknowledged'],
+      { timeout: 30_000 },
+    ));
+  } catch (error) {
+    throw new Error(`cannot count the messages of ${queue} with rabbitmqctl (it must run on this machine, as root): ${(error as Error).message}`);
+  }
+  for (const line of stdout.split('\n')) {
+    const [name, ready, unacked] = line.trim().split(/\s+/);
+    if (name === queue) return { ready: Number(ready), unacked: Number(unacked) };
+  }
+  throw new Error(`rabbitmqctl does not list the queue ${queue}:\n${stdout}`);
+}
+
+/** Waits until every message of the queue has been delivered and acknowledged, i.e. its effect is committed. */
+async function waitForDrainedQueue(queue: string): Promise<void> {
+  await until(`queue ${queue} to be drained (nothing ready, nothing unacked)`, () => queueDepth(queue), (d) => d.ready === 0 && d.unacked === 0);
 }
 
 describe.each(configs)('sample app on %s', (_name, config) => {
@@ -143,13 +175,12 @@ describe.each(configs)('sample app on %s', (_name, config) => {
     expect(deliveries.map((d) => d.status)).toEqual(Array(6).fill(200));
     expect(new Set(deliveries.map((d) => d.body.shipmentId)).size).toBe(1);
 
-    let status = '';
-    for (let i = 0; i < 50 && status !== 'shipped'; i++) {
-      status = (await request(http).get(`/orders/${id}`).expect(200)).body.status;
-      if (status !== 'shipped') await sleep(50);
-    }
-    expect(status).toBe('shipped');
-    await sleep(100); // the in-process delivery of the publisher may still be replaying
+    const orderStatus = async () => (await request(http).get(`/orders/${id}`).expect(200)).body.status as string;
+    await until(`order ${id} to ship`, orderStatus, (status) => status === 'shipped');
+    // Every delivery of order.paid the app published itself must be over before counting,
+    // or a second shipment still on its way would go unseen.
+    await app.get(OrderEventsPublisher).drain();
+    if (config.amqpUrl) await waitForDrainedQueue(config.amqpQueue);
     const after = await stats();
     expect(after.orders - before.orders).toBe(1);
     expect(after.shipments.count - before.shipments.count).toBe(1);
@@ -214,13 +245,14 @@ describe.each(configs)('sample app on %s', (_name, config) => {
       await channel.waitForConfirms();
       await connection.close();
 
-      // Wait until the consumer has taken every copy off the queue and the order shipped.
-      await waitForDrainedQueue(config.amqpUrl!, config.amqpQueue);
-      for (let i = 0; i < 100; i++) {
-        if ((await request(http).get(`/orders/${id}`).expect(200)).body.status === 'shipped') break;
-        await sleep(50);
-      }
-      await sleep(200);
+      // The consumer acks a delivery only once its outcome is stored: when no copy is ready
+      // or unacked any more, every delivery's effect (or refusal) is committed.
+      await waitForDrainedQueue(config.amqpQueue);
+      await until(
+        `order ${id} to ship`,
+        async () => (await request(http).get(`/orders/${id}`).expect(200)).body.status as string,
+        (status) => status === 'shipped',
+      );
       const stats = (await request(http).get('/stats').expect(200)).body;
       expect(stats.shipments.keys.filter((key: string) => key === `order.paid:${id}`)).toHaveLength(1);
       expect((await request(http).get(`/orders/${id}`).expect(200)).body.status).toBe('shipped');
