@@ -62,7 +62,9 @@ async function queueDepth(queue: string): Promise<{ ready: number; unacked: numb
       { timeout: 30_000 },
     ));
   } catch (error) {
-    throw new Error(`cannot count the messages of ${queue} with rabbitmqctl (it must run on this machine, as root): ${(error as Error).message}`);
+    throw new Error(`cannot count the messages of ${queue} with rabbitmqctl (it must run on this machine, as root): ${(error as Error).message}`, {
+      cause: error,
+    });
   }
   for (const line of stdout.split('\n')) {
     const [name, ready, unacked] = line.trim().split(/\s+/);
