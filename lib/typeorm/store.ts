@@ -1,5 +1,8 @@
 import { createHash } from 'node:crypto';
+import { Logger, type LoggerService } from '@nestjs/common';
 import type { DataSource, QueryRunner } from 'typeorm';
+import { IdempotencyConfigurationError } from '../core/errors.js';
+import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.js';
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
 import type {
   ClaimRequest,
@@ -8,7 +11,10 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../core/store.js';
-import { DEFAULT_RECORDS_TABLE, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
+import { configurationErrorOf } from './failures.js';
+import { defaultSchemaOf } from './migration.js';
+import { RateLimitedLog } from './rate-limited-log.js';
+import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
 import { createGuardedQueryRunner, pgPoolOf, runPooledStatement, runStatement, withRunner, type SqlResult } from './sql-runner.js';
 import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
@@ -27,8 +33,10 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   entity?: Function;
   /**
    * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
-   * the process alive). Several instances may enable it: on PostgreSQL an advisory lock
-   * lets one purge at a time and the others skip that round. `undefined` or 0: off.
+   * the process alive), from the moment the store is known to work: after `verify()`,
+   * `ensureTable()` or its first successful statement. Several instances may enable it:
+   * on PostgreSQL an advisory lock lets one purge at a time and the others skip that
+   * round. `undefined` or 0: off.
    * @default undefined
    */
   purgeInterval?: number;
@@ -43,10 +51,17 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
    */
   onPurge?: (result: PurgeResult) => void;
   /**
-   * Called when a scheduled purge fails (the job keeps running).
-   * @default emits a process warning
+   * Called when a scheduled purge fails (the job keeps running). Listeners added with
+   * `addEventListener` get a `store_error` event either way.
+   * @default a warning through Nest's Logger (context `Idempotency`, one line per cause
+   * per 10 s) when no event listener is registered; the module's listeners log it otherwise
    */
   onPurgeError?: (error: unknown) => void;
+  /**
+   * Where a failed background purge is written when nobody else reports it (see `onPurgeError`).
+   * @default new Logger('Idempotency')
+   */
+  logger?: LoggerService;
 }
 
 export interface PurgeResult {
@@ -76,10 +91,16 @@ const MAX_CLAIM_STATEMENTS = 5;
  */
 export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private resolvedSql: RecordSql | undefined;
+  private readonly purgeInterval: number | undefined;
   private purgeTimer: NodeJS.Timeout | undefined;
+  /** Set once a statement on the table succeeded: from then on the purge job may run. */
+  private ready = false;
+  private closed = false;
   private purging = false;
   private scheduledRun: Promise<void> | undefined;
   private retries = 0;
+  private readonly listeners = new Set<IdempotencyEventListener>();
+  private purgeLog: RateLimitedLog | undefined;
   readonly purgeBatchSize: number;
 
   constructor(
@@ -95,10 +116,13 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       if (!Number.isFinite(interval) || interval < 0) {
         throw new RangeError(`TypeOrmIdempotencyStore: purgeInterval must be a positive number of ms, got ${interval}.`);
       }
-      this.purgeTimer = setInterval(() => {
-        if (!this.scheduledRun) this.scheduledRun = this.scheduledPurge().finally(() => (this.scheduledRun = undefined));
-      }, interval);
-      this.purgeTimer.unref();
+      this.purgeInterval = interval;
+    }
+    // The driver type and the table name are known before the DataSource is initialized:
+    // refuse them here, where the stack points at the mistake, rather than at every request.
+    if (dataSource?.options?.type !== undefined) {
+      dialectOf(dataSource);
+      if (!options.entity) parseTableName(options.tableName ?? DEFAULT_RECORDS_TABLE, defaultSchemaOf(dataSource));
     }
   }
 
@@ -115,22 +139,60 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     return this.retries;
   }
 
+  /**
+   * Boot check (the module calls it when the application initialises): throws
+   * `IdempotencyConfigurationError` when the store can never work as configured (an
+   * unsupported driver, a records table or entity that does not exist, a table without
+   * the store's columns); rethrows anything else (the database is unreachable for now).
+   * Starts the purge job once it passes.
+   */
+  async verify(): Promise<void> {
+    const sql = this.sql;
+    try {
+      await withRunner(this.dataSource, sql.dialect, (runner) =>
+        runner.query(
+          `SELECT "key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at" FROM ${sql.table.quoted} WHERE 1 = 0`,
+        ),
+      );
+    } catch (error) {
+      throw this.failure(error);
+    }
+    this.becomeReady();
+  }
+
+  /**
+   * Store-wide events (a failed background purge, as `store_error` with `key: ''`) go to
+   * `listener`; returns the function that removes it. While at least one listener is
+   * registered, the store leaves logging to them.
+   */
+  addEventListener(listener: IdempotencyEventListener): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
   async ensureTable(): Promise<void> {
     await withRunner(this.dataSource, this.sql.dialect, async (runner) => {
       for (const statement of recordsTableDdl(this.sql.table)) await runner.query(statement);
     });
+    this.becomeReady();
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
-    // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
-    // answers by itself, so each attempt may take any pooled connection.
-    if (this.sql.dialect === 'sqlite') {
-      return withRunner(this.dataSource, 'sqlite', (runner) =>
-        this.claimRounds(key, request, (statement) => runStatement(runner, statement)),
-      );
+    try {
+      // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
+      // answers by itself, so each attempt may take any pooled connection.
+      const result =
+        this.sql.dialect === 'sqlite'
+          ? await withRunner(this.dataSource, 'sqlite', (runner) =>
+              this.claimRounds(key, request, (statement) => runStatement(runner, statement)),
+            )
+          : await this.claimRounds(key, request, (statement) => this.run(statement));
+      if (!this.ready) this.becomeReady();
+      return result;
+    } catch (error) {
+      throw this.failure(error);
     }
-    return this.claimRounds(key, request, (statement) => this.run(statement));
   }
 
   private async claimRounds(key: string, request: ClaimRequest, run: (statement: Statement) => Promise<SqlResult>): Promise<ClaimResult> {
@@ -163,24 +225,29 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
-    return this.write(this.sql.complete(key, token, request.result, request.ttl));
+    return this.write(() => this.sql.complete(key, token, request.result, request.ttl));
   }
 
   async release(key: string, token: string): Promise<boolean> {
-    return this.write(this.sql.release(key, token));
+    return this.write(() => this.sql.release(key, token));
   }
 
   async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
-    return this.write(this.sql.renew(key, token, leaseTtl));
+    return this.write(() => this.sql.renew(key, token, leaseTtl));
   }
 
   async get(key: string): Promise<IdempotencyRecord | undefined> {
-    const { rows } = await this.run(this.sql.read(key));
-    return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
+    try {
+      const { rows } = await this.run(this.sql.read(key));
+      if (!this.ready) this.becomeReady();
+      return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
+    } catch (error) {
+      throw this.failure(error);
+    }
   }
 
   async delete(key: string): Promise<boolean> {
-    return this.write(this.sql.delete(key));
+    return this.write(() => this.sql.delete(key));
   }
 
   async ping(): Promise<void> {
@@ -190,13 +257,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   /**
    * Runs `work` in one transaction with the idempotency record (see
    * `TransactionalIdempotencyStore`). Inside `work`, `getIdempotentEntityManager()` returns
-   * the transaction's `EntityManager`.
+   * the transaction's `EntityManager`. Errors as `runIdempotentTransaction` reports them.
    */
   async runTransactional<T>(
     request: TransactionalRequest,
     work: () => Promise<{ value: T; result: string }>,
   ): Promise<TransactionalResult<T>> {
-    return runRecordTransaction(this.dataSource, this.sql, request, () => work(), this.options);
+    const result = await runRecordTransaction(this.dataSource, this.sql, request, () => work(), this.options);
+    if (!this.ready) this.becomeReady();
+    return result;
   }
 
   /**
@@ -227,6 +296,8 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       } finally {
         await runner.release();
       }
+    } catch (error) {
+      throw this.failure(error);
     } finally {
       this.purging = false;
     }
@@ -234,6 +305,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** Stops the purge job and waits for a run in progress. The DataSource stays open: it is yours to destroy. */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.purgeTimer) clearInterval(this.purgeTimer);
     this.purgeTimer = undefined;
     await this.scheduledRun;
@@ -245,18 +317,39 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   private get sql(): RecordSql {
-    if (!this.resolvedSql) {
-      const tableName = this.options.entity
-        ? this.dataSource.getMetadata(this.options.entity).tablePath
-        : (this.options.tableName ?? DEFAULT_RECORDS_TABLE);
-      this.resolvedSql = recordSqlFor(this.dataSource, tableName, this.options.preparedStatements !== false);
-    }
+    if (!this.resolvedSql)
+      this.resolvedSql = recordSqlFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
     return this.resolvedSql;
   }
 
-  private async write(statement: Statement): Promise<boolean> {
-    const { affected } = await this.run(statement);
-    return affected > 0;
+  private resolveTableName(): string {
+    const entity = this.options.entity;
+    if (!entity) return this.options.tableName ?? DEFAULT_RECORDS_TABLE;
+    if (this.dataSource.hasMetadata(entity)) return this.dataSource.getMetadata(entity).tablePath;
+    // Metadata is built by initialize(): before it, the entity is simply not known yet.
+    if (!this.dataSource.isInitialized) {
+      throw new Error('TypeOrmIdempotencyStore: the DataSource is not initialized; call dataSource.initialize() before using the store.');
+    }
+    throw new IdempotencyConfigurationError(
+      `The records entity ${entity.name || '(anonymous class)'} given to TypeOrmIdempotencyStore is not registered in its DataSource.`,
+      "Add it to the DataSource's entities (the same class object, created once at module level by createIdempotencyRecordEntity).",
+    );
+  }
+
+  /** The configuration error a failure of the store's SQL stands for, or the failure itself. */
+  private failure(error: unknown): unknown {
+    const table = this.resolvedSql?.table;
+    return (table && configurationErrorOf(error, table)) ?? error;
+  }
+
+  private async write(statement: () => Statement): Promise<boolean> {
+    try {
+      const { affected } = await this.run(statement());
+      if (!this.ready) this.becomeReady();
+      return affected > 0;
+    } catch (error) {
+      throw this.failure(error);
+    }
   }
 
   /** Batches run on `lockHolder` (PostgreSQL), or each through the SQLite mutex so claims interleave. */
@@ -272,18 +365,65 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
   }
 
+  /**
+   * The table answered, so purging can start. Before that a purge could only fail (no
+   * table yet: the application has not run its migrations, or verify() is about to say so).
+   */
+  private becomeReady(): void {
+    this.ready = true;
+    if (this.purgeInterval === undefined || this.purgeTimer || this.closed) return;
+    this.purgeTimer = setInterval(() => {
+      if (!this.scheduledRun) this.scheduledRun = this.scheduledPurge().finally(() => (this.scheduledRun = undefined));
+    }, this.purgeInterval);
+    this.purgeTimer.unref();
+  }
+
   private async scheduledPurge(): Promise<void> {
+    const startedAt = Date.now();
+    let result: PurgeResult;
     try {
-      const result = await this.purgeExpired();
-      this.options.onPurge?.(result);
+      result = await this.purgeExpired();
     } catch (error) {
-      if (this.options.onPurgeError) this.options.onPurgeError(error);
-      else
-        process.emitWarning(
-          `TypeOrmIdempotencyStore: purging expired records failed: ${(error as Error)?.message ?? error}`,
-          'IdempotencyPurgeWarning',
-        );
+      this.reportPurgeFailure(error, startedAt);
+      return;
     }
+    try {
+      this.options.onPurge?.(result);
+    } catch {
+      // A throwing callback must not turn into an unhandled rejection of the timer's run.
+    }
+  }
+
+  private reportPurgeFailure(error: unknown, startedAt: number): void {
+    const event: IdempotencyEvent = {
+      type: 'store_error',
+      key: '',
+      at: Date.now(),
+      durationMs: Date.now() - startedAt,
+      error,
+      reason: `the background purge of expired records in ${this.resolvedSql?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
+    };
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // One broken listener must not keep the others (or the next purge) from running.
+      }
+    }
+    if (this.options.onPurgeError) {
+      try {
+        this.options.onPurgeError(error);
+      } catch {
+        // Same as onPurge: the timer has nobody to hand this to.
+      }
+      return;
+    }
+    // The module's listeners log store events themselves (and obey its logger option):
+    // writing here too would print every failure twice.
+    if (this.listeners.size > 0) return;
+    this.purgeLog ??= new RateLimitedLog(this.options.logger ?? new Logger('Idempotency'));
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    this.purgeLog.warn(message, `TypeOrmIdempotencyStore: ${event.reason}: ${message}`);
   }
 }
 

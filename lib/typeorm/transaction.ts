@@ -1,12 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { DEFAULT_TTL } from '../core/defaults.js';
-import { IdempotencyConfigurationError, IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from '../core/errors.js';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
+  IdempotencyStoreUnavailableError,
+  isIdempotencyError,
+} from '../core/errors.js';
 import { fingerprintOf, storageKeyOf } from '../core/hash.js';
 import { normalizeIdempotencyKey } from '../core/key.js';
 import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../core/outcome.js';
 import { replayValue } from '../core/engine.js';
 import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
+import { configurationErrorOf, isConnectionLoss, sqlStateOf } from './failures.js';
 import { defaultSchemaOf } from './migration.js';
 import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, postgresRecordSql, sqliteRecordSql, type RecordSql } from './record-sql.js';
 import {
@@ -60,10 +67,25 @@ type Acquisition =
   | { readonly kind: 'in_flight'; readonly retryAfterMs: number }
   | { readonly kind: 'restart' };
 
+/** What the error handler of a transaction needs to know about where an error came from. */
+interface FailureTrace {
+  /** Set when `work` threw (or returned something unusable): that error is the caller's. */
+  work?: { readonly error: unknown };
+  /** The transaction's own connection died (TypeORM released its runner, or the rollback could not reach the server). */
+  connectionLost: boolean;
+}
+
 /**
  * Runs `work` in one transaction that first writes the idempotency record: the business
  * writes and the completed record commit together, a concurrent duplicate blocks on
  * the key's unique index until then and replays, and a rollback or crash leaves no trace.
+ *
+ * Failures come out as the HTTP path reports them: the work's own errors unchanged,
+ * unless they only say that the transaction's connection was cut; a missing records
+ * table as `IdempotencyConfigurationError`; any other failure of the transaction itself
+ * (connection lost, record statement or commit refused) as
+ * `IdempotencyStoreUnavailableError` with the driver's error as `cause`. In every such
+ * case nothing committed (or, for a cut during COMMIT, the retry replays what did).
  * @internal shared by `runIdempotentTransaction` and `TypeOrmIdempotencyStore.runTransactional`.
  */
 export async function runRecordTransaction<T>(
@@ -74,17 +96,43 @@ export async function runRecordTransaction<T>(
   tuning: TransactionTuning = {},
 ): Promise<TransactionalResult<T>> {
   validateTtl(request.ttl);
+  const trace: FailureTrace = { connectionLost: false };
+  try {
+    return await openAndAttempt(dataSource, sql, request, work, tuning, trace);
+  } catch (error) {
+    throw transactionFailure(error, trace, sql);
+  }
+}
+
+function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql): unknown {
+  if (isIdempotencyError(error)) return error;
+  if (trace.work && trace.work.error === error) {
+    // A cut connection surfaces inside the work as the driver's error on its next query;
+    // that is an outage of the transaction, not something the work decided.
+    return trace.connectionLost && isConnectionLoss(error) ? new IdempotencyStoreUnavailableError(error) : error;
+  }
+  return configurationErrorOf(error, sql.table) ?? new IdempotencyStoreUnavailableError(error);
+}
+
+async function openAndAttempt<T>(
+  dataSource: DataSource,
+  sql: RecordSql,
+  request: TransactionalRequest,
+  work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
+  tuning: TransactionTuning,
+  trace: FailureTrace,
+): Promise<TransactionalResult<T>> {
   const outer = transactionContext.getStore();
   // Nested call on the same DataSource: join the running transaction through a savepoint,
   // so the inner record commits (or rolls back) with the outer work.
   if (outer && outer.dataSource === dataSource) {
-    return attempt(outer.queryRunner, sql, request, work, tuning, true);
+    return attempt(outer.queryRunner, sql, request, work, tuning, true, trace);
   }
   const open = async () => {
     const runner = createGuardedQueryRunner(dataSource);
     try {
       await runner.connect();
-      return await attempt(runner, sql, request, work, tuning, false);
+      return await attempt(runner, sql, request, work, tuning, false, trace);
     } finally {
       await runner.release();
     }
@@ -107,6 +155,7 @@ async function attempt<T>(
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning,
   nested: boolean,
+  trace: FailureTrace,
 ): Promise<TransactionalResult<T>> {
   const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? 'READ COMMITTED');
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
@@ -133,9 +182,15 @@ async function attempt<T>(
         throw new IdempotencyInFlightError(acquired.retryAfterMs);
       }
       const context = { dataSource: dataSourceOfRunner(runner), queryRunner: runner, manager: runner.manager };
-      const outcome = await transactionContext.run(context, () => work(runner.manager));
-      if (typeof outcome?.result !== 'string') {
-        throw new TypeError('The transactional work must return { value, result } with result a string.');
+      let outcome: { value: T; result: string };
+      try {
+        outcome = await transactionContext.run(context, () => work(runner.manager));
+        if (typeof outcome?.result !== 'string') {
+          throw new TypeError('The transactional work must return { value, result } with result a string.');
+        }
+      } catch (error) {
+        trace.work = { error };
+        throw error;
       }
       const finished = await runStatement(runner, sql.finish(request.key, outcome.result, request.ttl));
       if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
@@ -145,9 +200,12 @@ async function attempt<T>(
     } catch (error) {
       try {
         await rollback();
-      } catch {
-        // The connection is gone (the database aborts the transaction itself); report the first error.
+      } catch (rollbackError) {
+        // The database aborts the transaction by itself when the session dies; report the first error.
+        if (isConnectionLoss(rollbackError)) trace.connectionLost = true;
       }
+      // Our runner is released only after this returns: released now means TypeORM saw its client fail.
+      if (runner.isReleased) trace.connectionLost = true;
       throw error;
     }
   }
@@ -234,12 +292,6 @@ async function guardRecordStatement<R>(
     if ((code === '40001' || code === '40P01') && !nested) return 'restart';
     throw error;
   }
-}
-
-function sqlStateOf(error: unknown): string | undefined {
-  const candidate = error as { code?: unknown; driverError?: { code?: unknown } };
-  const code = candidate?.driverError?.code ?? candidate?.code;
-  return typeof code === 'string' ? code : undefined;
 }
 
 function validateTtl(ttl: number): void {

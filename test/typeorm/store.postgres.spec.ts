@@ -8,7 +8,7 @@ import {
   createIdempotencyRecordEntity,
   createIdempotencyRecordsMigration,
 } from '../../lib/typeorm/index.js';
-import { createPgDataSource, sleep, uniqueName, waitUntil } from './support.js';
+import { createPgDataSource, uniqueName, waitUntil } from './support.js';
 
 // The migration creates the default table in a schema of this run; the contract runs on it.
 describeStoreContract('TypeOrmIdempotencyStore (PostgreSQL)', async () => {
@@ -97,16 +97,51 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
         expect(r.record).toMatchObject({ status: 'in_progress', key: k, leaseToken: winnerToken });
       }
     }
-    // The race the retry exists for did happen (about 40 to 80 times in these 500 claims
-    // on the dev machine), and no caller was left without a record.
-    expect(store.claimRetries).toBeGreaterThan(0);
+  });
+
+  it('runs the claim statement again when the blocking row commits after its snapshot (claimRetries counts it)', async () => {
+    const store = await newStore();
+    const k = key();
+    // An uncommitted lease on the key: the claim's snapshot cannot see it, and its insert
+    // waits on the unique index until this transaction ends.
+    const holder = dataSource.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    try {
+      await holder.query(
+        `INSERT INTO ${store.tableName} (key, status, lease_token, lease_expires_at, expires_at, created_at)
+         SELECT $1, 'in_progress', 'holder', now_ms + 60000, now_ms + 60000, now_ms
+         FROM (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS now_ms) c`,
+        [k],
+      );
+      const before = store.claimRetries;
+      const claim = store.claim(k, { token: 'late', leaseTtl: 10_000 });
+      await waitUntil(
+        async () =>
+          (
+            await dataSource.query(
+              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH clock AS%' AND position($1 in query) > 0`,
+              [store.tableName],
+            )
+          ).length > 0,
+        { what: 'the claim to wait on the uncommitted row' },
+      );
+      await holder.commitTransaction();
+      // The first statement returns nothing (the row is neither in its snapshot nor dead);
+      // the second sees the committed lease and reports it.
+      expect(await claim).toMatchObject({ claimed: false, record: { status: 'in_progress', leaseToken: 'holder' } });
+      expect(store.claimRetries - before).toBe(1);
+    } finally {
+      if (holder.isTransactionActive) await holder.rollbackTransaction();
+      await holder.release();
+    }
   });
 
   it('takes over a dead lease exactly once when 30 claims race for it', async () => {
     const store = await newStore();
     const k = key();
-    await store.claim(k, { token: 'old', leaseTtl: 50 });
-    await sleep(100);
+    await store.claim(k, { token: 'old', leaseTtl: 1 });
+    await waitUntil(async () => (await store.get(k)) === undefined, { what: 'the 1 ms lease to expire on the database clock' });
     const results = await Promise.all(Array.from({ length: 30 }, () => store.claim(k, { token: randomUUID(), leaseTtl: 10_000 })));
     const winners = results.filter((r) => r.claimed);
     expect(winners).toHaveLength(1);
@@ -173,10 +208,13 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     await store.claim(live[1], { token: 't', leaseTtl: 60_000 });
     await store.complete(live[1], 't', { result: 'r', ttl: 60_000 });
     for (const [i, k] of dead.entries()) {
-      await store.claim(k, { token: 't', leaseTtl: i % 2 === 0 ? 30 : 10_000 });
-      if (i % 2 === 1) await store.complete(k, 't', { result: 'r', ttl: 30 });
+      await store.claim(k, { token: 't', leaseTtl: i % 2 === 0 ? 1 : 10_000 });
+      if (i % 2 === 1) await store.complete(k, 't', { result: 'r', ttl: 1 });
     }
-    await sleep(80);
+    // get() and the purge read the same (database) clock: once none is readable, all are purgeable.
+    await waitUntil(async () => (await Promise.all(dead.map((k) => store.get(k)))).every((r) => r === undefined), {
+      what: 'the dead records to expire',
+    });
     const result = await store.purgeExpired();
     expect(result).toEqual({ ran: true, deleted: dead.length });
     const rows: Array<{ key: string }> = await dataSource.query(`SELECT key FROM ${store.tableName} ORDER BY key`);
@@ -191,7 +229,15 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     const storeB = new TypeOrmIdempotencyStore(other.dataSource, { tableName });
     await storeA.ensureTable();
     for (let i = 0; i < 20; i++) await storeA.claim(key(), { token: 't', leaseTtl: 1 });
-    await sleep(20);
+    await waitUntil(
+      async () =>
+        (
+          await dataSource.query(
+            `SELECT 1 FROM ${storeA.tableName} WHERE expires_at > (extract(epoch from clock_timestamp()) * 1000)::bigint LIMIT 1`,
+          )
+        ).length === 0,
+      { what: 'the 20 leases to expire' },
+    );
     // Hold the table so the first purge, once it owns the advisory lock, stays inside it.
     const blocker = dataSource.createQueryRunner();
     await blocker.connect();
@@ -202,7 +248,8 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
       await waitUntil(async () => {
         // Not on the blocker: pg_stat_activity is a snapshot frozen for a transaction's duration.
         const [{ n }] = await dataSource.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM%' AND datname = current_database()`,
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM%' AND position($1 in query) > 0`,
+          [storeA.tableName],
         );
         return n > 0;
       });
@@ -221,18 +268,29 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
 
   it('runs the purge job on an interval, unref’d, and stops on close()', async () => {
     const results: Array<{ ran: boolean; deleted: number }> = [];
-    const store = await newStore({ purgeInterval: 25, onPurge: (r) => results.push(r) });
+    const setIntervalSpy = jest.spyOn(global, 'setInterval');
+    const clearIntervalSpy = jest.spyOn(global, 'clearInterval');
     try {
-      const k = key();
-      await store.claim(k, { token: 't', leaseTtl: 1 });
-      await waitUntil(async () => (await dataSource.query(`SELECT 1 FROM ${store.tableName} WHERE key = $1`, [k])).length === 0);
-      expect(results.some((r) => r.ran && r.deleted >= 1)).toBe(true);
+      const store = await newStore({ purgeInterval: 25, onPurge: (r) => results.push(r) });
+      const timer = setIntervalSpy.mock.results[setIntervalSpy.mock.calls.findIndex((call) => call[1] === 25)]?.value as NodeJS.Timeout;
+      expect(timer).toBeDefined();
+      expect(timer.hasRef()).toBe(false);
+      try {
+        const k = key();
+        await store.claim(k, { token: 't', leaseTtl: 1 });
+        await waitUntil(async () => (await dataSource.query(`SELECT 1 FROM ${store.tableName} WHERE key = $1`, [k])).length === 0, {
+          what: 'the purge job to delete the dead lease',
+        });
+        expect(results.some((r) => r.ran && r.deleted >= 1)).toBe(true);
+      } finally {
+        await store.close();
+      }
+      // Observed on the timer itself rather than by waiting for ticks that should not come.
+      expect(clearIntervalSpy).toHaveBeenCalledWith(timer);
     } finally {
-      await store.close();
+      setIntervalSpy.mockRestore();
+      clearIntervalSpy.mockRestore();
     }
-    const count = results.length;
-    await sleep(80);
-    expect(results.length).toBe(count);
   });
 
   it('creates the same table from the migration as from the entity (synchronize has nothing to change)', async () => {

@@ -65,7 +65,30 @@ export async function createSqljsDataSource(options: { entities?: Entities; sync
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Polls `condition` until it holds (no timing assertion: the test's own timeout bounds it). */
-export async function waitUntil(condition: () => Promise<boolean> | boolean, pollMs = 20): Promise<void> {
-  while (!(await condition())) await sleep(pollMs);
+/**
+ * Polls `condition` until it holds, and fails with `what` once `timeoutMs` passed
+ * (well before Jest's own timeout, so the failure names what never happened).
+ */
+export async function waitUntil(
+  condition: () => Promise<boolean> | boolean,
+  { what = 'the condition', timeoutMs = 10_000, pollMs = 20 }: { what?: string; timeoutMs?: number; pollMs?: number } = {},
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}.`);
+    await sleep(pollMs);
+  }
+}
+
+/** A promise with its resolver, to hold work at a known point until the test releases it. */
+export function gate<T = void>(): { promise: Promise<T>; open: (value: T) => void } {
+  let open!: (value: T) => void;
+  const promise = new Promise<T>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+/** Milliseconds on the database clock, the one every PostgreSQL expiry is computed with. */
+export async function pgNowMs(dataSource: DataSource): Promise<number> {
+  const [{ now }] = await dataSource.query(`SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS now`);
+  return Number(now);
 }

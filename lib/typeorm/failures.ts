@@ -1,0 +1,92 @@
+import { IdempotencyConfigurationError } from '../core/errors.js';
+import type { TableName } from './record-sql.js';
+
+/**
+ * The SQLSTATE of a failed statement: node-postgres puts it on the error itself,
+ * TypeORM's `QueryFailedError` on its `driverError` (and copies it up on 0.3 only).
+ */
+export function sqlStateOf(error: unknown): string | undefined {
+  const candidate = error as { code?: unknown; driverError?: { code?: unknown } } | undefined;
+  const code = candidate?.driverError?.code ?? candidate?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+function messagesOf(error: unknown): string[] {
+  const messages: string[] = [];
+  // The cause chain is short (QueryFailedError -> driver error); the bound guards a cycle.
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
+    messages.push(current.message);
+    const next = (current as { driverError?: unknown }).driverError ?? current.cause;
+    current = next === current ? undefined : next;
+  }
+  return messages;
+}
+
+/** PostgreSQL 42P01 (undefined_table) or SQLite's "no such table". */
+export function isMissingTableError(error: unknown): boolean {
+  return sqlStateOf(error) === '42P01' || messagesOf(error).some((message) => /\bno such table\b/i.test(message));
+}
+
+/** PostgreSQL 42703 (undefined_column) or SQLite's "no such column" / "has no column named". */
+export function isMissingColumnError(error: unknown): boolean {
+  return sqlStateOf(error) === '42703' || messagesOf(error).some((message) => /\bno such column\b|\bhas no column named\b/i.test(message));
+}
+
+/**
+ * SQLSTATEs that mean the session is gone: class 08 (connection exception), and the
+ * server ending it (57P01 admin_shutdown, which `pg_terminate_backend` sends; 57P02
+ * crash_shutdown; 57P03 cannot_connect_now).
+ */
+const LOST_SESSION_STATES = /^(08...|57P0[123])$/;
+const SOCKET_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+/** What node-postgres says when the socket closed under a client, or a query was sent on such a client. */
+const LOST_CLIENT_MESSAGE = /Connection terminated|not queryable|Client was closed|Connection ended unexpectedly/i;
+
+/**
+ * Whether `error` says the database connection was lost (or could not be opened), as
+ * opposed to a statement the database refused.
+ */
+export function isConnectionLoss(error: unknown): boolean {
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
+    // TypeORM refuses every call on a runner it released because its pg client failed.
+    if (current.name === 'QueryRunnerAlreadyReleasedError') return true;
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string' && (LOST_SESSION_STATES.test(code) || SOCKET_CODES.has(code))) return true;
+    if (LOST_CLIENT_MESSAGE.test(current.message)) return true;
+    const next = (current as { driverError?: unknown }).driverError ?? current.cause;
+    current = next === current ? undefined : next;
+  }
+  return false;
+}
+
+/**
+ * The configuration error that a failure of the store's own SQL stands for (its table, or
+ * a column of it, does not exist), or `undefined` when the failure is not one: retrying
+ * never helps with a missing table, so it must not read as an outage.
+ */
+export function configurationErrorOf(error: unknown, table: TableName): IdempotencyConfigurationError | undefined {
+  let problem: IdempotencyConfigurationError | undefined;
+  if (isMissingTableError(error)) {
+    problem = new IdempotencyConfigurationError(
+      `The idempotency records table ${table.quoted} does not exist.`,
+      `Create it before the application serves requests: run the CreateIdempotencyRecords1700000000000 migration ` +
+        `(createIdempotencyRecordsMigration('${nameOf(table)}') for this name), call store.ensureTable() at startup, ` +
+        `or register IdempotencyRecordEntity (createIdempotencyRecordEntity('${nameOf(table)}')) in the DataSource's entities with synchronize.`,
+    );
+  } else if (isMissingColumnError(error)) {
+    problem = new IdempotencyConfigurationError(
+      `The idempotency records table ${table.quoted} lacks a column the store needs (${messagesOf(error)[0] ?? 'undefined column'}).`,
+      `It was not created by this library: drop or rename it and create it with the CreateIdempotencyRecords1700000000000 migration, ` +
+        `store.ensureTable() or IdempotencyRecordEntity, or point the store's tableName option at another table.`,
+    );
+  }
+  // The constructor takes no cause; the driver's error still belongs in logs and reports.
+  if (problem) Object.defineProperty(problem, 'cause', { value: error, writable: true, configurable: true, enumerable: false });
+  return problem;
+}
+
+function nameOf(table: TableName): string {
+  return table.schema ? `${table.schema}.${table.table}` : table.table;
+}
