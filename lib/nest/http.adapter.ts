@@ -1,7 +1,10 @@
 import * as nestCommon from '@nestjs/common';
 import { HttpException, type ExecutionContext } from '@nestjs/common';
 import {
+  IdempotencyConfigurationError,
   IdempotencyInFlightError,
+  IdempotencyKeyInvalidError,
+  parseIdempotencyKeyHeader,
   IdempotencyNotReplayableError,
   decodeValue,
   encodeValue,
@@ -30,9 +33,13 @@ interface HttpRequestLike {
   method?: string;
   headers: Record<string, string | string[] | undefined>;
   params?: unknown;
+  query?: unknown;
   body?: unknown;
-  user?: { id?: unknown; sub?: unknown };
+  user?: unknown;
 }
+
+/** The members of `request.user` the default principal is read from, in order. */
+const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
 
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'content-type',
@@ -58,11 +65,18 @@ export class HttpTransportAdapter implements TransportAdapter {
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
     const headers = requestOf(context).headers;
+    let key: string | undefined;
     for (const name of config.keyHeaders) {
       const value = headers[name];
-      if (value !== undefined) return Array.isArray(value) ? value.join(', ') : value;
+      if (value === undefined) continue;
+      const parsed = parseIdempotencyKeyHeader(value);
+      // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
+      if (key !== undefined && key !== parsed) {
+        throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
+      }
+      key = parsed;
     }
-    return undefined;
+    return key;
   }
 
   describeKeySource(config: ResolvedHandlerConfig): string {
@@ -71,15 +85,34 @@ export class HttpTransportAdapter implements TransportAdapter {
       : `the ${config.options.header ?? 'Idempotency-Key'} header`;
   }
 
+  /**
+   * Who is asking: `request.user.id`, `.sub`, `.userId` or `._id` (a string, a number,
+   * or an object with `toHexString()` or its own `toString()`, such as an ObjectId).
+   * Without `request.user` the request is anonymous; with a user whose identity cannot
+   * be read it is refused, because treating it as anonymous would let one user replay
+   * another's response.
+   */
   principal(context: ExecutionContext): string | number | undefined {
     const user = requestOf(context).user;
-    const id = user?.id ?? user?.sub;
-    return typeof id === 'string' || typeof id === 'number' ? id : undefined;
+    if (user === undefined || user === null || user === false) return undefined;
+    if (typeof user === 'object') {
+      for (const field of PRINCIPAL_FIELDS) {
+        const id = identityOf((user as Record<string, unknown>)[field]);
+        if (id !== undefined) return id;
+      }
+    } else {
+      const id = identityOf(user);
+      if (id !== undefined) return id;
+    }
+    throw new IdempotencyConfigurationError(
+      `@Idempotent() cannot tell who sent this request: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
+      'Tell it how to read the principal: @Idempotent({ scope: (ctx) => ctx.switchToHttp().getRequest().user.accountId }) or the same `scope` option in IdempotencyModule.forRoot().',
+    );
   }
 
   fingerprintMaterial(context: ExecutionContext): unknown {
     const request = requestOf(context);
-    return { method: request.method, params: request.params ?? {}, body: request.body ?? null };
+    return { method: request.method, params: request.params ?? {}, query: request.query ?? {}, body: request.body ?? null };
   }
 
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome {
@@ -167,6 +200,30 @@ function responseOf(context: ExecutionContext): HttpResponseLike {
   return typeof context.getArgByIndex === 'function'
     ? context.getArgByIndex<HttpResponseLike>(1)
     : context.switchToHttp().getResponse<HttpResponseLike>();
+}
+
+/** A usable identity: a non-empty string, a finite number, a bigint, or an id object (ObjectId and the like). */
+function identityOf(value: unknown): string | number | undefined {
+  switch (typeof value) {
+    case 'string':
+      return value.length > 0 ? value : undefined;
+    case 'number':
+      return Number.isFinite(value) ? value : undefined;
+    case 'bigint':
+      return value.toString();
+    case 'object': {
+      if (value === null) return undefined;
+      const id = value as { toHexString?: unknown; toString?: unknown };
+      if (typeof id.toHexString === 'function') return identityOf((id.toHexString as () => unknown).call(value));
+      // Only a toString of its own (or its class's): Object.prototype's gives "[object Object]" for everyone.
+      if (typeof id.toString === 'function' && id.toString !== Object.prototype.toString && !Array.isArray(value)) {
+        return identityOf((id.toString as () => unknown).call(value));
+      }
+      return undefined;
+    }
+    default:
+      return undefined;
+  }
 }
 
 function isFastifyReply(response: HttpResponseLike): boolean {

@@ -1,8 +1,9 @@
-import { Inject, Injectable, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { Observable, isObservable, type Subscription } from 'rxjs';
+import { Observable, isObservable, throwError, type Subscription } from 'rxjs';
 import {
   IdempotencyConfigurationError,
+  IdempotencyErrorCode,
   IdempotencyKeyMissingError,
   IdempotencyStoreUnavailableError,
   fingerprintOf,
@@ -13,6 +14,7 @@ import {
   storageKeyOf,
   deserializeOutcome,
   type ExecutionRequest,
+  type IdempotencyError,
   type StoredOutcome,
   type Lease,
 } from '../core/index.js';
@@ -21,6 +23,9 @@ import type { IdempotentOptions } from './idempotency.options.js';
 import { IdempotencyService, scopeOf } from './idempotency.service.js';
 import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import { RpcTransportAdapter } from './rpc.adapter.js';
+import { operationOf } from './operation.js';
+import { mergeHandlerOptions, validateIdempotentOptions } from './idempotency.validation.js';
+import { missingModuleError, refuseUnconfigured, refuseWithoutModule } from './unconfigured.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
 
 /** Contexts already handled, so a global registration plus a method-level one runs the protocol once. */
@@ -122,7 +127,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   constructor(
     private readonly reflector: Reflector,
-    @Optional() @Inject(IDEMPOTENCY_SERVICE) private readonly service?: IdempotencyService,
+    /** @internal the module's runtime this interceptor serves (undefined when registered without IdempotencyModule) */
+    @Optional() @Inject(IDEMPOTENCY_SERVICE) readonly service?: IdempotencyService,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -130,11 +136,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const options = this.reflector.get<IdempotentOptions | undefined>(IDEMPOTENT_METADATA, handler);
     if (!options || handledContexts.has(context)) return next.handle();
     handledContexts.add(context);
-    const service = this.requireService(context);
-    if (service.options.enabled === false) return next.handle();
     const adapter = this.adapters[context.getType()];
-    if (!adapter) return next.handle();
-    const config = this.configFor(context, options, service, adapter);
+    if (!this.service) return throwError(() => refuseUnconfigured(context, adapter, missingModuleError(context)));
+    const service = this.service;
+    if (service.options.enabled === false || !adapter) return next.handle();
+    let config: ResolvedHandlerConfig;
+    try {
+      config = this.configFor(context, options, service, adapter);
+    } catch (error) {
+      return throwError(() => refuseUnconfigured(context, adapter, error, service));
+    }
     const carrier = carrierOf(context);
     if (carrier) handledCarriers.add(carrier);
 
@@ -161,17 +172,30 @@ export class IdempotencyInterceptor implements NestInterceptor {
   runHandler(context: ExecutionContext, options: IdempotentOptions, invoke: () => unknown): unknown {
     const carrier = carrierOf(context);
     if (carrier && handledCarriers.has(carrier)) return invoke();
-    const service = this.requireService(context);
-    if (service.options.enabled === false) return invoke();
+    const service = this.service;
     const adapter = this.adapters[context.getType()];
-    if (!adapter) return invoke();
-    const config = this.configFor(context, options, service, adapter);
+    if (!service) return refuseWithoutModule(context);
+    if (service.options.enabled === false || !adapter) return invoke();
+    let config: ResolvedHandlerConfig;
+    try {
+      config = this.configFor(context, options, service, adapter);
+    } catch (error) {
+      return Promise.reject(refuseUnconfigured(context, adapter, error, service));
+    }
     return this.process(context, config, adapter, service, new DirectHandlerCall(invoke));
   }
 
   /** The client key of this request, before validation. Override to read keys your own way. */
   protected resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown {
     return config.options.key ? config.options.key(context) : adapter.readKey(context, config);
+  }
+
+  /**
+   * The operation part of the scope: `POST /v1/refunds/:id` on HTTP, `rmq refund.create`
+   * for messages (see docs/concepts.md). Keys of two operations never meet.
+   */
+  protected resolveOperation(context: ExecutionContext, _config: ResolvedHandlerConfig): string {
+    return operationOf(context);
   }
 
   /** The principal part of the scope. Override to scope by tenant, API client, ... */
@@ -204,7 +228,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const clientKey = normalizeIdempotencyKey(raw);
     let principal = this.resolvePrincipal(context, config, adapter);
     if (isThenable(principal)) principal = await principal;
-    const key = storageKeyOf(scopeOf(config.handlerName, principal), clientKey);
+    const key = storageKeyOf(scopeOf(this.resolveOperation(context, config), principal), clientKey);
     if (config.options.fingerprint === false) return { key };
     let material = this.fingerprintMaterial(context, config, adapter);
     if (isThenable(material)) material = await material;
@@ -246,6 +270,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
     } catch (error) {
       if (!isIdempotencyError(error) || call.cancelled) throw error;
+      if (error.code === IdempotencyErrorCode.Configuration) service.reportConfigurationError(config.handlerName, error);
       await adapter.settle?.(context, config, 'rejected', error);
       throw adapter.toTransportError(context, error);
     }
@@ -370,11 +395,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return value;
   }
 
-  private requireService(context: ExecutionContext): IdempotencyService {
-    if (this.service) return this.service;
-    throw missingModuleError(context);
-  }
-
   private configFor(
     context: ExecutionContext,
     options: IdempotentOptions,
@@ -394,14 +414,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 }
 
-/** Raised when `@Idempotent()` runs in an application that has no IdempotencyModule. */
-export function missingModuleError(context: ExecutionContext): IdempotencyConfigurationError {
-  return new IdempotencyConfigurationError(
-    `@Idempotent() on ${context.getClass().name}.${context.getHandler().name} cannot find IdempotencyModule.`,
-    'Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, or import IdempotencyModule into the module that declares this controller.',
-  );
-}
-
 /** The object that stands for one request or message: the HTTP request, the transport's message context. */
 function carrierOf(context: ExecutionContext): object | undefined {
   const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
@@ -414,15 +426,19 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
+/** The options of one handler merged over the module's, validated, with everything a request needs precomputed. */
 function resolveConfig(
   handlerName: string,
   handlerOptions: IdempotentOptions,
   service: IdempotencyService,
   adapter: TransportAdapter,
 ): ResolvedHandlerConfig {
-  const { onEvent: _onEvent, enabled: _enabled, ...moduleDefaults } = service.options;
-  const options = { ...moduleDefaults, ...stripUndefined(handlerOptions) };
-  validateDurations(handlerName, options);
+  const options = mergeHandlerOptions(service.options, handlerOptions);
+  validateIdempotentOptions(`@Idempotent() on ${handlerName}`, options, {
+    store: options.store ?? service.store,
+    transport: adapter instanceof HttpTransportAdapter ? 'http' : 'message',
+    own: handlerOptions,
+  });
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();
   return {
     handlerName,
@@ -441,26 +457,4 @@ function resolveConfig(
       maxResponseBytes: options.maxResponseBytes,
     }),
   };
-}
-
-function validateDurations(handlerName: string, options: IdempotentOptions): void {
-  for (const name of ['ttl', 'leaseTtl', 'waitTimeout', 'maxResponseBytes'] as const) {
-    const value = options[name];
-    if (value !== undefined && (!Number.isFinite(value) || value <= 0)) {
-      throw new IdempotencyConfigurationError(
-        `@Idempotent() on ${handlerName}: ${name} must be a positive number, got ${String(value)}.`,
-        `Give ${name} in milliseconds (bytes for maxResponseBytes), e.g. ttl: 24 * 60 * 60 * 1000.`,
-      );
-    }
-  }
-  if (options.inFlight !== undefined && options.inFlight !== 'reject' && options.inFlight !== 'wait') {
-    throw new IdempotencyConfigurationError(
-      `@Idempotent() on ${handlerName}: inFlight must be 'reject' or 'wait'.`,
-      "Use inFlight: 'reject' (409) or 'wait'.",
-    );
-  }
-}
-
-function stripUndefined<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

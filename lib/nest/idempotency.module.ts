@@ -1,4 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyStore } from '../core/index.js';
 import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
 import {
@@ -6,6 +7,7 @@ import {
   IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
   IDEMPOTENCY_OPTIONS_TYPE,
 } from './idempotency.module-definition.js';
+import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyService } from './idempotency.service.js';
 
@@ -14,7 +16,9 @@ import { IdempotencyService } from './idempotency.service.js';
  * IdempotencyModule.forRoot({ isGlobal: true, store: new RedisIdempotencyStore(redis) })
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
+    IdempotencyExplorer,
     IdempotencyService,
     { provide: IDEMPOTENCY_SERVICE, useExisting: IdempotencyService },
     { provide: IdempotencyStore, useFactory: (service: IdempotencyService) => service.store, inject: [IdempotencyService] },

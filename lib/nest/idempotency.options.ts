@@ -1,4 +1,4 @@
-import type { ExecutionContext } from '@nestjs/common';
+import type { ExecutionContext, LoggerService } from '@nestjs/common';
 import type { IdempotencyEventListener, IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
 
 type MaybePromise<T> = T | Promise<T>;
@@ -101,13 +101,25 @@ export interface IdempotentOptions {
    * RabbitMQ with manual acknowledgement (`noAck: false`): the library acknowledges
    * each message itself, only once its result is stored. A known duplicate is acked
    * at once, a running duplicate once the first completes, a failure is nacked with
-   * requeue so the broker redelivers it, and a message that can never succeed (no
-   * key, an invalid key, a key reused with another payload) is rejected without
-   * requeue (dead-lettered when the queue has a dead-letter exchange). Do not ack in
-   * the handler as well. Ignored on transports without acknowledgements. See docs/messages.md.
+   * requeue so the broker redelivers it (up to `maxDeliveries`), and a message that can
+   * never succeed (no key, an invalid key, a key reused with another payload) is rejected
+   * without requeue (dead-lettered when the queue has a dead-letter exchange). Do not ack
+   * in the handler as well. A consumer in auto-ack mode (`noAck: true`, Nest's default), or
+   * `ack: true` on a handler of another transport (NATS, Kafka, MQTT, TCP, Redis, gRPC),
+   * is refused with `IDEMPOTENCY_CONFIGURATION_ERROR`; on HTTP it is refused at boot.
+   * See docs/messages.md.
    * @default false
    */
   ack?: boolean;
+  /**
+   * With `ack: true` on RabbitMQ: how many deliveries a message whose handler keeps
+   * throwing gets. The delivery that fails for the `maxDeliveries`-th time is not
+   * requeued but dead-lettered: a copy carrying the error in `x-idempotency-error` goes
+   * to the queue's dead-letter exchange, then the original is acked. Counted by the
+   * broker on quorum queues (`x-delivery-count`), otherwise in the store. See docs/messages.md.
+   * @default 5
+   */
+  maxDeliveries?: number;
 }
 
 /** Options of `IdempotencyModule.forRoot()`: defaults for every `@Idempotent()` handler. */
@@ -125,4 +137,13 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default true
    */
   enabled?: boolean;
+  /**
+   * Where the library writes what it refused or lost: store errors and outages, fail-open
+   * runs, lost leases and memory-store evictions (`warn`, each cause at most once per
+   * 10 s) and configuration errors (`error`). Nothing per request at `log` level; keys
+   * appear hashed. Pass any Nest `LoggerService`, or `false` to write nothing (events
+   * still reach `onEvent`). For a line per event, add `createIdempotencyLogger()` to `onEvent`.
+   * @default new Logger('Idempotency')
+   */
+  logger?: LoggerService | false;
 }

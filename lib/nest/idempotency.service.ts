@@ -1,4 +1,4 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnModuleDestroy } from '@nestjs/common';
 import {
   DEFAULT_LEASE_TTL,
   DEFAULT_MAX_RESPONSE_BYTES,
@@ -9,6 +9,7 @@ import {
   normalizeIdempotencyKey,
   storageKeyOf,
   type ExecutionPolicy,
+  type IdempotencyError,
   type IdempotencyEventListener,
   type IdempotencyRecord,
   type IdempotencyStore,
@@ -17,6 +18,7 @@ import {
 import { combineListeners } from '../observability/combine-listeners.js';
 import { MemoryIdempotencyStore } from '../stores/memory.store.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
+import { IdempotencyLog } from './idempotency.logger.js';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
 
 export interface RunOptions {
@@ -42,18 +44,21 @@ export interface RunOptions {
 /** Where a client key was used, for support tooling. */
 export interface RecordLocator {
   /**
-   * The handler: `Controller.method` for `@Idempotent()` handlers (as in events), or
-   * `run:<scope>` for `run()` keys.
+   * The operation the key was sent to, as it scopes keys: `'POST /v1/refunds/:id'` (HTTP
+   * method and full route template, with global prefix and URI version), `'rmq refund.create'`
+   * (transport and pattern), or `'run:<scope>'` for `run()` keys. See docs/concepts.md.
    * @default 'run:service'
    */
+  operation?: string;
+  /** @deprecated The same as `operation` (0.1 scoped keys by `Controller.method`; see CHANGELOG.md). */
   handler?: string;
   /** The principal part of the scope (user id, tenant), when there was one. */
   principal?: string | number;
 }
 
-/** The scope string of a handler and principal; keys of different scopes never meet. */
-export function scopeOf(handler: string, principal?: string | number | null): string {
-  return principal === undefined || principal === null ? handler : handler + '\u0000' + String(principal);
+/** The scope string of an operation and principal; keys of different scopes never meet. */
+export function scopeOf(operation: string, principal?: string | number | null): string {
+  return principal === undefined || principal === null ? operation : operation + '\u0000' + String(principal);
 }
 
 /**
@@ -61,20 +66,42 @@ export function scopeOf(handler: string, principal?: string | number | null): st
  * one store and one engine per application.
  */
 @Injectable()
-export class IdempotencyService {
+export class IdempotencyService implements OnModuleDestroy {
   readonly store: IdempotencyStore;
   readonly options: Readonly<IdempotencyModuleOptions>;
   /** @internal shared with the interceptor for in-process wake-ups */
   readonly engine = new IdempotencyEngine();
+  /** @internal what the library logs by default (see the `logger` option) */
+  readonly log: IdempotencyLog;
 
-  /** `options.onEvent`, a list of listeners combined into one. */
-  private readonly onEvent: IdempotencyEventListener | undefined;
+  /** `options.onEvent` and the default log, combined into one listener. */
+  private readonly onEvent: IdempotencyEventListener;
+  /** Stores whose own events (evictions, background purges) reach `onEvent`, and how to stop listening. */
+  private readonly watchedStores = new Map<IdempotencyStore, () => void>();
 
   constructor(@Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) options?: IdempotencyModuleOptions) {
     this.options = options ?? {};
     this.store = this.options.store ?? new MemoryIdempotencyStore();
+    this.log = new IdempotencyLog(this.options.logger === false ? undefined : (this.options.logger ?? new Logger('Idempotency')));
     const onEvent = this.options.onEvent;
-    this.onEvent = isListenerList(onEvent) ? combineListeners(...onEvent) : onEvent;
+    this.onEvent = combineListeners(...(isListenerList(onEvent) ? onEvent : [onEvent]), this.log.listener);
+    this.watchStore(this.store);
+  }
+
+  /** @internal Routes a store's own events (memory evictions, purge failures) to this module's listeners and log. */
+  watchStore(store: IdempotencyStore): void {
+    if (this.watchedStores.has(store) || typeof store.addEventListener !== 'function') return;
+    this.watchedStores.set(store, store.addEventListener(this.onEvent));
+  }
+
+  /** @internal A configuration error found at boot or while serving a request: logged (rate-limited), with the fix. */
+  reportConfigurationError(where: string, error: IdempotencyError): void {
+    this.log.configurationError(where, error);
+  }
+
+  onModuleDestroy(): void {
+    for (const stop of this.watchedStores.values()) stop();
+    this.watchedStores.clear();
   }
 
   /**
@@ -126,7 +153,7 @@ export class IdempotencyService {
   }
 
   private locate(key: string, locator: RecordLocator): string {
-    return storageKeyOf(scopeOf(locator.handler ?? 'run:service', locator.principal), normalizeIdempotencyKey(key));
+    return storageKeyOf(scopeOf(locator.operation ?? locator.handler ?? 'run:service', locator.principal), normalizeIdempotencyKey(key));
   }
 }
 

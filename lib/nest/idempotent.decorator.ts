@@ -1,13 +1,13 @@
 import { Inject, Optional, SetMetadata, createParamDecorator, type ExecutionContext } from '@nestjs/common';
 import { IdempotencyConfigurationError } from '../core/index.js';
 import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import { missingModuleError, type IdempotencyInterceptor } from './idempotency.interceptor.js';
+import type { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { INTERCEPTOR_PROPERTY } from './internal.js';
+import { refuseWithoutModule } from './unconfigured.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 
 /** Nest's parameter metadata key (`ROUTE_ARGS_METADATA`), stable since Nest 5 and shared by HTTP and microservices. */
 const ROUTE_ARGS_METADATA = '__routeArguments__';
-/** The controller property the module's interceptor is injected into. */
-const INTERCEPTOR_PROPERTY = '__nestjsIdempotencyInterceptor';
 /** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
 const WRAPPED = Symbol.for('nestjs-idempotency:wrapped');
 
@@ -64,7 +64,7 @@ export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
       if (!hasParamDecorators && context.getType() !== 'http') args = context.getArgs();
       else args.length = contextIndex;
       const interceptor = this?.[INTERCEPTOR_PROPERTY] as IdempotencyInterceptor | undefined;
-      if (!interceptor) throw missingModuleError(context);
+      if (!interceptor) return refuseWithoutModule(context);
       return interceptor.runHandler(context, options, () => original.apply(this, args));
     };
     wrapper[WRAPPED] = true;

@@ -1,5 +1,7 @@
 import { Logger, type ExecutionContext } from '@nestjs/common';
 import {
+  IdempotencyConfigurationError,
+  IdempotencyErrorCode,
   IdempotencyNotReplayableError,
   decodeError,
   decodeValue,
@@ -9,9 +11,21 @@ import {
   type IdempotencyError,
   type StoredOutcome,
 } from '../core/index.js';
+import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+import type { IdempotentOptions } from './idempotency.options.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type Settlement, type TransportAdapter } from './transport.adapter.js';
-import { describeMessageKeySource, isEventHandler, messageKeyOf, rmqDeliveryOf } from './rpc/message-context.js';
-import { ackDecisionOf, settleDelivery } from './rpc/rmq-acknowledgement.js';
+import {
+  describeMessageKeySource,
+  isEventHandler,
+  messageKeyOf,
+  rmqDeliveryOf,
+  transportContextOf,
+  transportOf,
+  type MessageTransport,
+} from './rpc/message-context.js';
+import { ackDecisionOf, claimDelivery, settleDelivery, settleFailedDelivery } from './rpc/rmq-acknowledgement.js';
+import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rpc/rmq-consumers.js';
+import { DEFAULT_MAX_DELIVERIES } from './rpc/rmq-dead-letter.js';
 import {
   encodeRpcException,
   isEncodedRpcException,
@@ -33,12 +47,27 @@ const logger = new Logger('IdempotencyInterceptor');
  *   `idempotency-key` header, MQTT 5 user property); TCP, Redis and gRPC need the `key` option.
  * - A duplicate request gets the stored result; a duplicate event is skipped.
  * - Refusals reach the client as an `RpcException` carrying `{ status, code, message, hint }`.
- * - With `ack: true` on RabbitMQ, each delivery is acked only once its outcome is settled.
+ * - With `ack: true` on RabbitMQ, each delivery is acked only once its outcome is settled,
+ *   and a message that keeps failing is dead-lettered after `maxDeliveries`.
  */
 export class RpcTransportAdapter implements TransportAdapter {
   readonly defaultInFlight = 'wait' as const;
+  /** Handlers whose `ack: true` misconfiguration was reported where it could not be thrown. */
+  private readonly reportedRefusals = new WeakSet<ResolvedHandlerConfig>();
+
+  constructor() {
+    // Created with the module, before any microservice connects: the consumers' settings
+    // must be watched before the first message, which may be the one to refuse.
+    void watchRmqConsumers();
+  }
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
+    if (config.options.ack === true) {
+      // Refused before the handler runs: in auto-ack mode any ack would close the channel.
+      if (!isWatchingRmqConsumers()) return watchRmqConsumers().then(() => this.readKey(context, config));
+      const refusal = ackRefusalOf(context, config);
+      if (refusal) throw refusal;
+    }
     return messageKeyOf(context, config.keyHeaders);
   }
 
@@ -77,7 +106,8 @@ export class RpcTransportAdapter implements TransportAdapter {
   }
 
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
-    if (isEventHandler(context)) {
+    // Configuration errors are logged where they are reported, rate-limited: not once per event.
+    if (isEventHandler(context) && error.code !== IdempotencyErrorCode.Configuration) {
       // Nest's RPC filter forwards an RpcException without logging it, and an event has no
       // client to receive it: say here why the event was not processed.
       logger.warn(
@@ -91,8 +121,32 @@ export class RpcTransportAdapter implements TransportAdapter {
     // toTransportError runs right after a 'rejected' settlement and needs RpcException loaded.
     if (settlement === 'rejected') await loadRpcException();
     if (config.options.ack !== true) return;
+    if (!isWatchingRmqConsumers()) await watchRmqConsumers();
+    const refusal = ackRefusalOf(context, config);
+    if (refusal) {
+      // Nothing may be acked. Where an error still reaches the caller it carries the
+      // refusal (and the interceptor reports it); a failure or cancellation cannot carry it.
+      if (settlement === 'stored' || settlement === 'replayed' || settlement === 'unprotected') throw refusal;
+      if (settlement !== 'rejected' && !this.reportedRefusals.has(config)) {
+        this.reportedRefusals.add(config);
+        logger.error(`${refusal.code}: ${refusal.message}`);
+      }
+      return;
+    }
     const delivery = rmqDeliveryOf(context);
     if (!delivery) return;
+    if (settlement === 'failed') {
+      if (!claimDelivery(delivery.message)) return;
+      await settleFailedDelivery(delivery.channel, delivery.message, {
+        handler: config.handlerName,
+        error,
+        limit: config.options.maxDeliveries ?? DEFAULT_MAX_DELIVERIES,
+        store: config.policy.store,
+        ttl: config.policy.ttl,
+        leaseTtl: config.policy.leaseTtl,
+      });
+      return;
+    }
     const decision = ackDecisionOf(settlement, error);
     if (settleDelivery(delivery.channel, delivery.message, decision) && decision === 'reject') {
       logger.warn(
@@ -101,4 +155,38 @@ export class RpcTransportAdapter implements TransportAdapter {
       );
     }
   }
+}
+
+const TRANSPORT_NAMES: Record<MessageTransport, string> = {
+  rmq: 'RabbitMQ',
+  nats: 'NATS',
+  kafka: 'Kafka',
+  mqtt: 'MQTT',
+  other: 'This transport',
+};
+
+/**
+ * Why this delivery cannot be acknowledged by the library although the handler says
+ * `ack: true`, or `undefined` when it can (or when nothing is known against it).
+ */
+function ackRefusalOf(context: ExecutionContext, config: ResolvedHandlerConfig): IdempotencyConfigurationError | undefined {
+  const transport = transportOf(transportContextOf(context));
+  if (transport !== 'rmq') {
+    // Judged on the handler's own options, as on HTTP: a module-wide `ack: true` in an
+    // application with several transports is meant for its RabbitMQ consumers.
+    const own = Reflect.getMetadata(IDEMPOTENT_METADATA, context.getHandler()) as IdempotentOptions | undefined;
+    if (own?.ack !== true) return undefined;
+    return new IdempotencyConfigurationError(
+      `@Idempotent({ ack: true }) on ${config.handlerName}: ${TRANSPORT_NAMES[transport]} messages have no acknowledgement the library can send; only RabbitMQ (Transport.RMQ with noAck: false) has.`,
+      transport === 'kafka'
+        ? "Remove ack from this handler: Nest's Kafka consumer commits offsets itself."
+        : 'Remove ack from this handler, or consume these messages from RabbitMQ with noAck: false.',
+    );
+  }
+  const delivery = rmqDeliveryOf(context);
+  if (!delivery || rmqConsumerOf(delivery.channel)?.noAck !== true) return undefined;
+  return new IdempotencyConfigurationError(
+    `@Idempotent({ ack: true }) on ${config.handlerName}: its RabbitMQ consumer is in auto-ack mode (noAck: true, Nest's default), where the broker forgets each message as it sends it and an ack from the library would close the channel (PRECONDITION_FAILED - unknown delivery tag).`,
+    'Set noAck: false in the options of the RMQ microservice (Transport.RMQ), so that messages are acked only once their result is stored; or remove ack: true.',
+  );
 }

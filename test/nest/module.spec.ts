@@ -1,4 +1,4 @@
-import { Controller, Injectable, Module, Post } from '@nestjs/common';
+import { Controller, Injectable, Module, Post, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
@@ -24,6 +24,15 @@ class StoreConfig {
 class ConfigModule {}
 
 let runs = 0;
+
+/** A Nest logger that keeps `level context message` lines. */
+function capture(lines: string[]): LoggerService {
+  const keep =
+    (level: string) =>
+    (message: unknown, ...rest: unknown[]) =>
+      lines.push(`${level} ${String(rest[rest.length - 1])} ${String(message)}`);
+  return { log: keep('log'), error: keep('error'), warn: keep('warn'), debug: keep('debug'), verbose: keep('verbose') };
+}
 @Controller()
 class CounterController {
   @Post('count')
@@ -42,7 +51,7 @@ describe('IdempotencyModule', () => {
         IdempotencyModule.forRootAsync({
           imports: [ConfigModule],
           inject: [StoreConfig],
-          useFactory: (config: StoreConfig) => ({ store: config.store, ttl: 1234 }),
+          useFactory: (config: StoreConfig) => ({ store: config.store, ttl: 1234, leaseTtl: 1000 }),
         }),
       ],
       controllers: [CounterController],
@@ -56,10 +65,10 @@ describe('IdempotencyModule', () => {
       await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
       const replay = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
       expect(replay.body).toEqual({ runs: 1 });
-      const record = await service.inspect('a', { handler: 'CounterController.count' });
+      const record = await service.inspect('a', { operation: 'POST /count' });
       expect(record).toMatchObject({ status: 'completed' });
       expect(record!.status === 'completed' && record!.expiresAt - Date.now()).toBeLessThanOrEqual(1234);
-      expect(await service.forget('a', { handler: 'CounterController.count' })).toBe(true);
+      expect(await service.forget('a', { operation: 'POST /count' })).toBe(true);
       const again = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'a').expect(201);
       expect(again.body).toEqual({ runs: 2 });
     } finally {
@@ -83,27 +92,40 @@ describe('IdempotencyModule', () => {
     }
   });
 
-  it('explains how to fix a missing IdempotencyModule', async () => {
+  it('explains how to fix a missing IdempotencyModule, as a problem body and a log line', async () => {
     @Module({ controllers: [CounterController] })
     class AppModule {}
-    const app = await NestFactory.create(AppModule, { logger: false });
+    const logged: string[] = [];
+    const app = await NestFactory.create(AppModule, { logger: capture(logged) });
     await app.init();
     try {
       const r = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'x');
       expect(r.status).toBe(500);
+      expect(r.body).toMatchObject({ code: 'IDEMPOTENCY_CONFIGURATION_ERROR', status: 500 });
+      expect(r.body.detail).toMatch(/IdempotencyModule\.forRoot\(\{ isGlobal: true \}\)/);
       expect(runs).toBe(0);
+      expect(
+        logged.some((line) =>
+          /error Idempotency .*IDEMPOTENCY_CONFIGURATION_ERROR.*CounterController\.count.*IdempotencyModule/.test(line),
+        ),
+      ).toBe(true);
     } finally {
       await app.close();
     }
     const interceptor = new IdempotencyInterceptor(new (require('@nestjs/core').Reflector)());
+    const res = { statusCode: 201, getHeaders: () => ({}), setHeader() {}, status() {} };
     const context: any = {
       getHandler: () => CounterController.prototype.count,
       getClass: () => CounterController,
       getType: () => 'http',
+      switchToHttp: () => ({ getRequest: () => ({ headers: {} }), getResponse: () => res }),
     };
-    expect(() => interceptor.intercept(context, { handle: () => new Observable() })).toThrow(
-      /IdempotencyModule\.forRoot\(\{ isGlobal: true \}\)/,
+    const error = await new Promise<any>((resolve) =>
+      interceptor.intercept(context, { handle: () => new Observable() }).subscribe({ error: resolve }),
     );
+    expect(error.getStatus()).toBe(500);
+    expect(error.getResponse()).toMatchObject({ code: 'IDEMPOTENCY_CONFIGURATION_ERROR' });
+    expect(error.getResponse().detail).toMatch(/IdempotencyModule\.forRoot\(\{ isGlobal: true \}\)/);
   });
 
   it('IdempotencyTestingModule turns @Idempotent into a pass-through for unit tests', async () => {
@@ -139,11 +161,9 @@ describe('IdempotencyModule', () => {
       controllers: [BadController],
     }).compile();
     const app = moduleRef.createNestApplication({ logger: false });
-    await app.init();
     try {
-      const interceptor = app.get(IdempotencyInterceptor);
-      const context: any = { getHandler: () => BadController.prototype.bad, getClass: () => BadController, getType: () => 'http' };
-      expect(() => interceptor.intercept(context, { handle: () => new Observable() })).toThrow(/ttl must be a positive number/);
+      await expect(app.init()).rejects.toThrow(/BadController\.bad: ttl must be a positive whole number of milliseconds, got -5/);
+      expect(events).toEqual([]);
     } finally {
       await app.close();
     }
@@ -177,7 +197,7 @@ describe('cancellation', () => {
       subscription.unsubscribe();
       expect(handlerTornDown).toBe(true);
       expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);
-      const key = storageKeyOf(scopeOf('CounterController.count'), 'cancel-me');
+      const key = storageKeyOf(scopeOf('POST /count'), 'cancel-me');
       expect(await store.get(key)).toMatchObject({ status: 'in_progress' });
       // A retry while the lease lasts is refused, not run.
       const retryCtx = { ...context };

@@ -5,8 +5,9 @@ import type { ExecutionContext } from '@nestjs/common';
 
 /** The parts of an amqplib message this library reads. */
 export interface RmqMessageLike {
-  readonly properties?: { readonly messageId?: unknown; readonly headers?: Record<string, unknown> };
-  readonly fields?: { readonly deliveryTag?: number; readonly redelivered?: boolean };
+  readonly properties?: { readonly messageId?: unknown; readonly headers?: Record<string, unknown>; readonly [name: string]: unknown };
+  readonly fields?: { readonly deliveryTag?: number; readonly redelivered?: boolean; readonly routingKey?: string };
+  readonly content?: Uint8Array;
 }
 
 /** The parts of an amqplib channel used to settle a message. */

@@ -1,7 +1,15 @@
 import { Logger } from '@nestjs/common';
-import { IdempotencyErrorCode, isIdempotencyError } from '../../core/index.js';
+import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyStore } from '../../core/index.js';
 import type { Settlement } from '../transport.adapter.js';
 import type { RmqChannelLike, RmqMessageLike } from './message-context.js';
+import { rmqConsumerOf } from './rmq-consumers.js';
+import {
+  DEAD_LETTER_HEADERS,
+  StoreDeliveryCounter,
+  brokerDeliveryOrdinal,
+  publishDeadLetter,
+  type RmqPublishingChannel,
+} from './rmq-dead-letter.js';
 
 /** What to tell the broker about one delivery. */
 export type AckDecision =
@@ -50,13 +58,27 @@ const settledDeliveries = new WeakSet<object>();
 const logger = new Logger('IdempotencyInterceptor');
 
 /**
+ * Takes the one right to settle a delivery, for a path that decides asynchronously
+ * (counting deliveries, publishing a dead-letter copy): any later path leaves it alone.
+ * False when another path has it already.
+ */
+export function claimDelivery(message: RmqMessageLike): boolean {
+  if (settledDeliveries.has(message)) return false;
+  settledDeliveries.add(message);
+  return true;
+}
+
+/**
  * Acks or nacks a delivery once. Never throws: on a closed channel the broker has
  * already put the message back, and the redelivery will be replayed or run.
  * Returns true when this call settled it.
  */
 export function settleDelivery(channel: RmqChannelLike, message: RmqMessageLike, decision: AckDecision): boolean {
-  if (settledDeliveries.has(message)) return false;
-  settledDeliveries.add(message);
+  return claimDelivery(message) && sendDecision(channel, message, decision);
+}
+
+/** Sends `decision` for a delivery claimed with `claimDelivery`. */
+export function sendDecision(channel: RmqChannelLike, message: RmqMessageLike, decision: AckDecision): boolean {
   try {
     if (decision === 'ack') channel.ack(message);
     else channel.nack(message, false, decision === 'requeue');
@@ -68,4 +90,101 @@ export function settleDelivery(channel: RmqChannelLike, message: RmqMessageLike,
     );
     return false;
   }
+}
+
+/** What is known about a delivery whose handler threw. */
+export interface DeliveryFailure {
+  readonly handler: string;
+  readonly error: unknown;
+  /** `maxDeliveries`. */
+  readonly limit: number;
+  /** Where deliveries are counted when the broker does not count them. */
+  readonly store: IdempotencyStore;
+  readonly ttl: number;
+  readonly leaseTtl: number;
+}
+
+/**
+ * Exchanges whose dead-letter publish failed (one that does not exist closes the channel):
+ * publishing there again would close every new channel in turn, so later messages past
+ * the limit are rejected for the broker to dead-letter (or drop) as the queue says.
+ */
+const failedDeadLetterExchanges = new Set<string>();
+
+/**
+ * Settles a delivery (already claimed) whose handler threw: requeued while it has
+ * deliveries left, dead-lettered with its error once it has had `limit` of them. Never
+ * throws. Deliveries are counted by the broker where it does (quorum queues), else in
+ * the store; a count the store cannot give means requeue, never a message dropped.
+ */
+export async function settleFailedDelivery(channel: RmqChannelLike, message: RmqMessageLike, failure: DeliveryFailure): Promise<void> {
+  let counter: StoreDeliveryCounter | undefined;
+  let deliveries = brokerDeliveryOrdinal(message);
+  if (deliveries === undefined && failure.limit > 1) {
+    counter = new StoreDeliveryCounter(failure.store, failure.handler, message);
+    try {
+      deliveries = await counter.recordFailure(failure.limit, failure.ttl, failure.leaseTtl);
+    } catch (error) {
+      logger.warn(
+        `${failure.handler}: could not count the deliveries of a failed RabbitMQ message in the store (${(error as Error)?.message ?? String(error)}); it is requeued.`,
+      );
+    }
+  }
+  deliveries ??= failure.limit === 1 ? 1 : undefined;
+  if (deliveries === undefined || deliveries < failure.limit) {
+    sendDecision(channel, message, 'requeue');
+    return;
+  }
+  await deadLetter(channel, message, failure, deliveries);
+  await counter?.forget(failure.limit);
+}
+
+async function deadLetter(channel: RmqChannelLike, message: RmqMessageLike, failure: DeliveryFailure, deliveries: number): Promise<void> {
+  const consumer = rmqConsumerOf(channel);
+  const what = `${failure.handler}: RabbitMQ message ${describeMessage(message)} failed ${deliveries} deliveries (maxDeliveries ${failure.limit}; last error: ${errorMessage(failure.error)})`;
+  const exchange = consumer?.deadLetterExchange;
+  const publishing = channel as unknown as Partial<RmqPublishingChannel>;
+  if (exchange !== undefined && !failedDeadLetterExchanges.has(exchange) && typeof publishing.publish === 'function') {
+    const route = { exchange, routingKey: consumer?.deadLetterRoutingKey ?? message.fields?.routingKey ?? '' };
+    let outcome: 'published' | 'unroutable';
+    try {
+      outcome = await publishDeadLetter(publishing as RmqPublishingChannel, message, route, {
+        ...failure,
+        deliveries,
+        queue: consumer?.queue,
+      });
+    } catch (error) {
+      failedDeadLetterExchanges.add(exchange);
+      logger.error(
+        `${what}. Publishing it to the dead-letter exchange '${exchange}' failed: ${errorMessage(error)}. The broker requeues it; ` +
+          'until a restart, messages past maxDeliveries are rejected for the broker to dead-letter, without the error header. Declare the exchange (docs/messages.md).',
+      );
+      return;
+    }
+    if (outcome === 'published') {
+      sendDecision(channel, message, 'ack');
+      logger.warn(`${what}: dead-lettered to exchange '${exchange}' with the error in its ${DEAD_LETTER_HEADERS.error} header.`);
+      return;
+    }
+    logger.error(
+      `${what}. The dead-letter exchange '${exchange}' routes routing key '${route.routingKey}' to no queue, so the message is lost: ` +
+        'declare the dead-letter queue and bind it (docs/messages.md).',
+    );
+  } else if (exchange === undefined) {
+    logger.warn(
+      `${what}: rejected without requeue. Its queueOptions declare no dead-letter exchange, so the broker keeps it only if a policy gives the queue one, and without the error header.`,
+    );
+  }
+  sendDecision(channel, message, 'reject');
+}
+
+function describeMessage(message: RmqMessageLike): string {
+  const messageId = message.properties?.messageId;
+  return messageId === undefined || messageId === null || messageId === ''
+    ? `(delivery ${String(message.fields?.deliveryTag)}, no messageId)`
+    : String(messageId);
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

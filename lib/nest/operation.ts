@@ -1,0 +1,113 @@
+import type { ExecutionContext } from '@nestjs/common';
+import { canonicalJson } from '../core/index.js';
+
+// Nest's metadata keys, stable across Nest 8-12 (strings, so no import of private constants).
+const PATH_METADATA = 'path';
+const METHOD_METADATA = 'method';
+const VERSION_METADATA = '__version__';
+const PATTERN_METADATA = 'microservices:pattern';
+/** Nest's RequestMethod enum, by value, for the metadata fallback. */
+const REQUEST_METHODS = [
+  'GET',
+  'POST',
+  'PUT',
+  'DELETE',
+  'PATCH',
+  'ALL',
+  'OPTIONS',
+  'HEAD',
+  'SEARCH',
+  'PROPFIND',
+  'PROPPATCH',
+  'MKCOL',
+  'COPY',
+  'MOVE',
+  'LOCK',
+  'UNLOCK',
+];
+
+interface RoutedRequest {
+  method?: string;
+  baseUrl?: string;
+  /** Express: the matched route, whose `path` is the template as registered (global prefix and URI version included). */
+  route?: { path?: unknown };
+  /** Fastify 4.10+ / 5: the matched route's template. */
+  routeOptions?: { url?: unknown };
+  /** Fastify before 4.10. */
+  routerPath?: unknown;
+}
+
+/**
+ * The operation a request or message asks for, as the application serves it: the part
+ * of every key's scope that keeps two routes (or two patterns) apart, whatever the
+ * classes and methods behind them are called.
+ *
+ * - HTTP: `POST /v1/refunds/:id`, the method and the full route template with the
+ *   global prefix and URI version, read from the router that matched the request;
+ *   header- or media-type-versioned handlers add `@v2`.
+ * - Messages: `rmq refund.create`, the transport and the handler's declared pattern.
+ */
+export function operationOf(context: ExecutionContext): string {
+  return context.getType() === 'http' ? httpOperationOf(context) : messageOperationOf(context);
+}
+
+function httpOperationOf(context: ExecutionContext): string {
+  const request =
+    typeof context.getArgByIndex === 'function'
+      ? context.getArgByIndex<RoutedRequest>(0)
+      : context.switchToHttp().getRequest<RoutedRequest>();
+  const handler = context.getHandler();
+  const template = routeTemplateOf(request) ?? routeTemplateFromMetadata(context);
+  const version = (Reflect.getMetadata(VERSION_METADATA, handler) ?? Reflect.getMetadata(VERSION_METADATA, context.getClass())) as
+    string | symbol | Array<string | symbol> | undefined;
+  const method = (request?.method ?? 'ANY').toUpperCase();
+  return version === undefined ? `${method} ${template}` : `${method} ${template}@${String(version)}`;
+}
+
+function routeTemplateOf(request: RoutedRequest | undefined): string | undefined {
+  if (!request) return undefined;
+  const fastify = request.routeOptions?.url ?? request.routerPath;
+  if (typeof fastify === 'string') return fastify;
+  const express = request.route?.path;
+  if (typeof express === 'string') return (request.baseUrl ?? '') + express;
+  if (express instanceof RegExp) return (request.baseUrl ?? '') + String(express);
+  return undefined;
+}
+
+/** For platforms that expose no matched route: the controller and method paths (no global prefix known here). */
+function routeTemplateFromMetadata(context: ExecutionContext): string {
+  const join = (value: unknown) => (Array.isArray(value) ? value.join('|') : String(value ?? ''));
+  const parts = [
+    join(Reflect.getMetadata(PATH_METADATA, context.getClass())),
+    join(Reflect.getMetadata(PATH_METADATA, context.getHandler())),
+  ];
+  return (
+    '/' +
+    parts
+      .map((part) => part.replace(/^\/+|\/+$/g, ''))
+      .filter(Boolean)
+      .join('/')
+  );
+}
+
+/** The HTTP method a handler is declared with (`POST`), from its metadata; undefined when it is no route. */
+export function declaredHttpMethodOf(handler: Function): string | undefined {
+  if (Reflect.getMetadata(PATH_METADATA, handler) === undefined) return undefined;
+  const method = Reflect.getMetadata(METHOD_METADATA, handler) as number | undefined;
+  return method === undefined ? undefined : (REQUEST_METHODS[method] ?? String(method));
+}
+
+/** True when the handler is a `@MessagePattern` / `@EventPattern` handler. */
+export function isMessageHandler(handler: Function): boolean {
+  return Reflect.getMetadata(PATTERN_METADATA, handler) !== undefined;
+}
+
+function messageOperationOf(context: ExecutionContext): string {
+  const message = typeof context.getArgByIndex === 'function' ? context.getArgByIndex<object | undefined>(1) : context.getArgs?.()[1];
+  // RmqContext -> rmq, NatsContext -> nats, ...; gRPC hands no context object.
+  const contextName = typeof message === 'object' && message !== null ? message.constructor?.name : undefined;
+  const transport = contextName?.endsWith('Context') ? contextName.slice(0, -'Context'.length).toLowerCase() : context.getType();
+  const patterns = Reflect.getMetadata(PATTERN_METADATA, context.getHandler()) as unknown[] | undefined;
+  if (!patterns || patterns.length === 0) return `${transport} ${context.getClass().name}.${context.getHandler().name}`;
+  return `${transport} ${patterns.map((pattern) => (typeof pattern === 'string' ? pattern : canonicalJson(pattern))).join('|')}`;
+}

@@ -1,0 +1,92 @@
+/**
+ * What a Nest RabbitMQ server was configured with, looked up by the channel a delivery
+ * arrived on. A delivery carries no trace of its consumer's settings: auto-ack mode is
+ * only in the `basic.consume` the client sent, and a queue's dead-letter exchange only
+ * in its declaration, which AMQP cannot read back. Both live on Nest's `ServerRMQ`, which
+ * a handler cannot reach, so its `handleMessage` is wrapped to note them per channel.
+ */
+export interface RmqConsumerSettings {
+  /** Auto-ack (`noAck: true`, Nest's default): the broker forgot each message as it sent it. */
+  readonly noAck: boolean;
+  readonly queue?: string;
+  /** The dead-letter exchange declared in `queueOptions` (`''` is the default exchange). */
+  readonly deadLetterExchange?: string;
+  readonly deadLetterRoutingKey?: string;
+}
+
+interface ServerRmqLike {
+  readonly noAck?: unknown;
+  readonly queue?: unknown;
+  readonly queueOptions?: {
+    readonly deadLetterExchange?: unknown;
+    readonly deadLetterRoutingKey?: unknown;
+    readonly arguments?: Record<string, unknown>;
+  };
+}
+
+type HandleMessage = (this: ServerRmqLike, message: unknown, channel: unknown, ...rest: unknown[]) => unknown;
+
+// Shared through the global registry: the CJS and ESM builds of this library may both be
+// loaded, and only one of them may wrap Nest's prototype.
+const REGISTRY = Symbol.for('nestjs-idempotency:rmq-consumers');
+const WRAPPED = Symbol.for('nestjs-idempotency:rmq-consumers-wrapped');
+const registry = globalThis as unknown as Record<symbol, WeakMap<object, RmqConsumerSettings> | undefined>;
+const consumers: WeakMap<object, RmqConsumerSettings> = (registry[REGISTRY] ??= new WeakMap());
+
+let watching: Promise<void> | undefined;
+let watched = false;
+
+/**
+ * Starts noting the settings of every Nest RabbitMQ server. Called when the adapter is
+ * created, at the application's boot, so the wrapper is in place before `listen()` has
+ * connected and the first message arrives; `@nestjs/microservices` stays optional.
+ */
+export function watchRmqConsumers(): Promise<void> {
+  watching ??= import('@nestjs/microservices').then(
+    (microservices) => {
+      wrap((microservices as unknown as { ServerRMQ?: { prototype?: Record<string | symbol, unknown> } }).ServerRMQ?.prototype);
+      watched = true;
+    },
+    () => {
+      watched = true;
+    },
+  );
+  return watching;
+}
+
+/** True once `watchRmqConsumers()` has settled: from then on, lookups need no await. */
+export function isWatchingRmqConsumers(): boolean {
+  return watched;
+}
+
+/** The settings of the server that consumes on `channel`; `undefined` when unknown (another consumer, an older Nest). */
+export function rmqConsumerOf(channel: object): RmqConsumerSettings | undefined {
+  return consumers.get(channel);
+}
+
+function wrap(prototype: Record<string | symbol, unknown> | undefined): void {
+  if (!prototype || prototype[WRAPPED] || typeof prototype.handleMessage !== 'function') return;
+  const handleMessage = prototype.handleMessage as HandleMessage;
+  prototype.handleMessage = function (this: ServerRmqLike, message: unknown, channel: unknown, ...rest: unknown[]): unknown {
+    // One entry per channel: a reconnect brings a new channel, and the lookup stays a WeakMap hit.
+    if (typeof channel === 'object' && channel !== null && !consumers.has(channel)) consumers.set(channel, settingsOf(this));
+    return handleMessage.call(this, message, channel, ...rest);
+  };
+  Object.defineProperty(prototype, WRAPPED, { value: true });
+}
+
+function settingsOf(server: ServerRmqLike): RmqConsumerSettings {
+  const queueOptions = server.queueOptions ?? {};
+  const args = queueOptions.arguments ?? {};
+  // amqplib lets the named options override `arguments`, as here.
+  return {
+    noAck: server.noAck === true,
+    queue: textOf(server.queue),
+    deadLetterExchange: textOf(queueOptions.deadLetterExchange ?? args['x-dead-letter-exchange']),
+    deadLetterRoutingKey: textOf(queueOptions.deadLetterRoutingKey ?? args['x-dead-letter-routing-key']),
+  };
+}
+
+function textOf(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
+}
