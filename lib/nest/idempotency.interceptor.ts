@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
+import { Inject, Injectable, Optional, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { Observable, isObservable, throwError, type Subscription } from 'rxjs';
 import {
@@ -14,7 +14,6 @@ import {
   storageKeyOf,
   deserializeOutcome,
   type ExecutionRequest,
-  type IdempotencyError,
   type StoredOutcome,
   type Lease,
 } from '../core/index.js';
