@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import {
+  IdempotencyErrorCode,
   IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyNotReplayableError,
   IdempotencyStoreUnavailableError,
+  isIdempotencyError,
 } from './errors.js';
 import type { IdempotencyEventListener, IdempotencyEventType, IdempotencyEvent } from './events.js';
 import {
@@ -55,6 +57,11 @@ export type Admission =
 const RETRY_AFTER_MS = 1_000;
 const FIRST_POLL_MS = 20;
 const MAX_POLL_MS = 250;
+/**
+ * Most claims whose undo is still unconfirmed, per engine. Past it a failed claim is
+ * simply left to its lease, so an outage cannot grow this list without bound.
+ */
+const MAX_ORPHAN_CLAIMS = 10_000;
 
 /**
  * The claim / complete / release protocol of DESIGN.md, once, for every transport.
@@ -73,6 +80,16 @@ export class IdempotencyEngine {
    */
   private readonly tokenPrefix = `${randomUUID()}.`;
   private tokenCounter = 0;
+  /**
+   * Claims that failed on the client side and whose undoing release did not get an
+   * answer either (key -> token -> until when its lease can hold, epoch ms). Such a
+   * claim may still be executed by the store later (a command still in a socket, or
+   * resent by the client after a reconnection) and would lock the key for a lease
+   * nobody owns; when a retry in this process meets one, it releases it and claims again.
+   * Insertion order is roughly expiry order, so sweeping from the head stays cheap.
+   */
+  private readonly orphanClaims = new Map<string, Map<string, number>>();
+  private orphanClaimCount = 0;
 
   /**
    * Claims the key, or explains why the handler must not run. Throws
@@ -91,10 +108,17 @@ export class IdempotencyEngine {
       try {
         claim = await policy.store.claim(request.key, { token, leaseTtl: policy.leaseTtl, fingerprint: request.fingerprint });
       } catch (error) {
-        const failOpen = policy.onStoreError === 'fail-open';
-        emit(policy, 'store_error', request.key, startedAt, { error, failOpen, storeLatencyMs: Date.now() - callStartedAt });
+        const storeLatencyMs = Date.now() - callStartedAt;
+        // The library's own errors already say what went wrong (a missing table is a
+        // configuration error, not an outage): they reach the caller as they are, and
+        // only an outage may run the handler unprotected.
+        const known = isIdempotencyError(error);
+        const outage = !known || error.code === IdempotencyErrorCode.StoreUnavailable;
+        if (outage) this.undoFailedClaim(request.key, token, policy, callStartedAt);
+        const failOpen = outage && policy.onStoreError === 'fail-open';
+        emit(policy, 'store_error', request.key, startedAt, { error, failOpen, storeLatencyMs });
         if (failOpen) return { kind: 'unprotected' };
-        throw new IdempotencyStoreUnavailableError(error);
+        throw known ? error : new IdempotencyStoreUnavailableError(error);
       }
       const storeLatencyMs = Date.now() - callStartedAt;
       if (claim.claimed) {
@@ -110,6 +134,11 @@ export class IdempotencyEngine {
         emit(policy, 'replayed', request.key, startedAt, { storeLatencyMs });
         return { kind: 'replay', outcome: deserializeOutcome(record.result) };
       }
+      if (this.isOrphanClaim(request.key, record.leaseToken)) {
+        // Our own earlier claim, which failed for its caller and ran no handler: undo it
+        // and claim again at once instead of answering 409 for a lease nobody owns.
+        if (await this.releaseOrphanClaim(request.key, record.leaseToken, policy)) continue;
+      }
       if (!reportedConflict) {
         reportedConflict = true;
         emit(policy, 'in_flight_conflict', request.key, startedAt, { storeLatencyMs });
@@ -121,6 +150,81 @@ export class IdempotencyEngine {
       await this.waitForChange(request.key, Math.min(pollDelay, remaining));
       pollDelay = Math.min(MAX_POLL_MS, Math.ceil(pollDelay * 1.5));
     }
+  }
+
+  /**
+   * A claim failed on the client side (timeout, lost connection), so the store may
+   * still execute it: a command waiting in a socket of a hung server runs when the
+   * server resumes. The release is sent at once, on the same connection for a
+   * single-connection client such as ioredis, so it runs right after that late claim
+   * and the key is free as soon as the store answers again. Checked against this
+   * claim's token, it can never remove anyone else's lease.
+   */
+  private undoFailedClaim(key: string, token: string, policy: ExecutionPolicy, claimedAt: number): void {
+    let release: Promise<boolean>;
+    try {
+      release = policy.store.release(key, token);
+    } catch {
+      return;
+    }
+    this.addOrphanClaim(key, token, claimedAt + policy.leaseTtl);
+    // Kept unless the release removed the lease: a `false` may only mean that the claim
+    // has not reached the store yet (another pooled connection), and a rejection leaves
+    // the outcome unknown again. A retry in this process then undoes it (isOrphanClaim).
+    release.then(
+      (released) => released && this.removeOrphanClaim(key, token),
+      () => undefined,
+    );
+  }
+
+  private async releaseOrphanClaim(key: string, token: string, policy: ExecutionPolicy): Promise<boolean> {
+    try {
+      const released = await policy.store.release(key, token);
+      this.removeOrphanClaim(key, token);
+      return released;
+    } catch {
+      return false;
+    }
+  }
+
+  private addOrphanClaim(key: string, token: string, until: number): void {
+    this.sweepOrphanClaims(Date.now(), 2);
+    if (this.orphanClaimCount >= MAX_ORPHAN_CLAIMS) return;
+    let tokens = this.orphanClaims.get(key);
+    if (!tokens) this.orphanClaims.set(key, (tokens = new Map()));
+    if (!tokens.has(token)) this.orphanClaimCount++;
+    tokens.set(token, until);
+  }
+
+  private removeOrphanClaim(key: string, token: string): void {
+    const tokens = this.orphanClaims.get(key);
+    if (!tokens?.delete(token)) return;
+    this.orphanClaimCount--;
+    if (tokens.size === 0) this.orphanClaims.delete(key);
+  }
+
+  private isOrphanClaim(key: string, token: string): boolean {
+    if (this.orphanClaimCount === 0) return false;
+    const until = this.orphanClaims.get(key)?.get(token);
+    if (until === undefined) return false;
+    if (until > Date.now()) return true;
+    this.removeOrphanClaim(key, token);
+    return false;
+  }
+
+  /** Drops orphan claims whose lease has run out anyway, a few per call from the oldest key. */
+  private sweepOrphanClaims(now: number, budget: number): void {
+    for (const [key, tokens] of this.orphanClaims) {
+      for (const [token, until] of tokens) {
+        if (until > now || budget-- <= 0) return;
+        this.removeOrphanClaim(key, token);
+      }
+    }
+  }
+
+  /** @internal Number of claims whose undo is unconfirmed (tests). */
+  get orphanClaimsPending(): number {
+    return this.orphanClaimCount;
   }
 
   /**
@@ -238,7 +342,7 @@ export class Lease {
       emit(this.policy, 'response_not_storable', this.key, this.startedAt, { reason });
       result = serializeOutcome({ kind: 'unstorable', reason });
     }
-    await this.write(() => this.policy.store.complete(this.key, this.token, { result: result!, ttl: this.policy.ttl }), 'completed');
+    await this.write(new CompleteWrite(this.policy.store, this.key, this.token, result!, this.policy.ttl, 'completed'));
   }
 
   /**
@@ -254,7 +358,7 @@ export class Lease {
       } catch {
         result = serializeOutcome({ kind: 'error', error: { name: 'Error', message: 'error not serializable' } });
       }
-      await this.write(() => this.policy.store.complete(this.key, this.token, { result, ttl: this.policy.ttl }), 'error_cached');
+      await this.write(new CompleteWrite(this.policy.store, this.key, this.token, result, this.policy.ttl, 'error_cached'));
       return;
     }
     await this.release();
@@ -263,7 +367,7 @@ export class Lease {
   /** Gives the key back so that a retry runs the handler again. */
   async release(): Promise<void> {
     if (!this.finish()) return;
-    await this.write(() => this.policy.store.release(this.key, this.token), 'released');
+    await this.write(new ReleaseWrite(this.policy.store, this.key, this.token));
   }
 
   /**
@@ -285,51 +389,58 @@ export class Lease {
     return true;
   }
 
-  private async write(op: () => Promise<boolean>, success: IdempotencyEventType): Promise<void> {
+  private async write(write: SettlingWrite): Promise<void> {
     const callStartedAt = Date.now();
     try {
-      const owned = await op();
-      const storeLatencyMs = Date.now() - callStartedAt;
-      if (owned) emit(this.policy, success, this.key, this.startedAt, { storeLatencyMs });
-      else this.reportLost(storeLatencyMs);
+      const owned = await write.send();
+      await this.report(write, owned, false, callStartedAt);
     } catch (error) {
       emit(this.policy, 'store_error', this.key, this.startedAt, { error, failOpen: false, storeLatencyMs: Date.now() - callStartedAt });
-      // A failed release needs no retry: the lease runs out by itself.
-      if (success !== 'released') this.retryStoreWrite(op, success);
+      this.retryStoreWrite(write);
     } finally {
       this.engine.markSettled(this.key);
     }
   }
 
   /**
-   * The handler's effect happened but its outcome could not be stored (the store blipped).
-   * Giving up would let a retry run the effect a second time once the lease runs out, so
-   * keep trying in the background, with backoff, while the lease is still ours.
+   * A settling write failed with an unknown outcome: it may have been applied with only
+   * its reply lost. Sending it again is safe, because each is a compare-and-set on this
+   * lease's token: a `complete` (the handler's effect happened, so the key must never be
+   * released instead) is kept trying so a retry after the lease cannot run the effect a
+   * second time; a `release` is kept trying so the key is free for the client's retry
+   * rather than a whole lease later. Both stop once the lease, as last renewed, ran out.
    */
-  private retryStoreWrite(op: () => Promise<boolean>, success: IdempotencyEventType, delay = 50): void {
+  private retryStoreWrite(write: SettlingWrite, delay = 50): void {
     if (Date.now() + delay >= this.leaseValidUntil) {
-      this.reportLost();
+      // An unconfirmed release needs no report: the lease runs out by itself.
+      if (write.success !== 'released') this.reportLost();
       return;
     }
     const timer = setTimeout(() => {
       const callStartedAt = Date.now();
-      op().then(
-        (owned) => {
-          const storeLatencyMs = Date.now() - callStartedAt;
-          if (owned) emit(this.policy, success, this.key, this.startedAt, { storeLatencyMs });
-          else this.reportLost(storeLatencyMs);
-        },
+      write.send().then(
+        (owned) => this.report(write, owned, true, callStartedAt),
         (error: unknown) => {
           emit(this.policy, 'store_error', this.key, this.startedAt, {
             error,
             failOpen: false,
             storeLatencyMs: Date.now() - callStartedAt,
           });
-          this.retryStoreWrite(op, success, Math.min(delay * 2, 1_000));
+          this.retryStoreWrite(write, Math.min(delay * 2, 1_000));
         },
       );
     }, delay);
     timer.unref();
+  }
+
+  /** Reports a settling write that got an answer; never throws. */
+  private async report(write: SettlingWrite, owned: boolean, retried: boolean, callStartedAt: number): Promise<void> {
+    if (!owned) owned = await write.appliedEarlier(retried);
+    const storeLatencyMs = Date.now() - callStartedAt;
+    if (owned) emit(this.policy, write.success, this.key, this.startedAt, { storeLatencyMs });
+    // A repeated release that finds nothing may have removed the lease the first time:
+    // either way the key is not ours and nobody was fenced out, so it is no lease loss.
+    else if (!(retried && write.success === 'released')) this.reportLost(storeLatencyMs);
   }
 
   private async renew(): Promise<void> {
@@ -343,7 +454,9 @@ export class Lease {
         this.reportLost();
       }
     } catch (error) {
-      // A transient store error: the next tick tries again while the lease lasts.
+      // A transient store error: the next tick tries again while the lease lasts. A renew
+      // that lands late only extends this lease, so there is nothing to undo; releasing
+      // instead would free the key while the handler still runs.
       emit(this.policy, 'store_error', this.key, this.startedAt, { error, failOpen: false });
     }
   }
@@ -352,6 +465,70 @@ export class Lease {
     if (this.lost) return;
     this.lost = true;
     emit(this.policy, 'lease_lost', this.key, this.startedAt, { storeLatencyMs });
+  }
+}
+
+/** One settling compare-and-set write of a lease, which can be sent again. */
+interface SettlingWrite {
+  readonly success: IdempotencyEventType;
+  send(): Promise<boolean>;
+  /**
+   * The write answered false: whether an earlier attempt of it had already been
+   * applied (its reply lost), rather than the lease being lost. Never throws.
+   */
+  appliedEarlier(retried: boolean): Promise<boolean>;
+}
+
+class CompleteWrite implements SettlingWrite {
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly key: string,
+    private readonly token: string,
+    private readonly result: string,
+    private readonly ttl: number,
+    readonly success: 'completed' | 'error_cached',
+  ) {}
+
+  send(): Promise<boolean> {
+    return this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl });
+  }
+
+  /**
+   * Even a first attempt may have been sent twice (a client resends a command caught
+   * by a reconnection). A store that keeps the completing token answers a repeat with
+   * true already, and reports that token on the record; for one that does not, a
+   * retried write compares the stored result with ours. Anything else (a record still
+   * leased, absent, or completed under another token) is a lost lease.
+   */
+  async appliedEarlier(retried: boolean): Promise<boolean> {
+    let record;
+    try {
+      record = await this.store.get(this.key);
+    } catch {
+      return false;
+    }
+    if (record?.status !== 'completed') return false;
+    if (record.leaseToken !== undefined) return record.leaseToken === this.token;
+    // Without the token, an equal result proves nothing for a first attempt (a runner that
+    // took the key over may have stored the same answer), only for a repeat of ours.
+    return retried && record.result === this.result;
+  }
+}
+
+class ReleaseWrite implements SettlingWrite {
+  readonly success = 'released' as const;
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly key: string,
+    private readonly token: string,
+  ) {}
+
+  send(): Promise<boolean> {
+    return this.store.release(this.key, this.token);
+  }
+
+  async appliedEarlier(): Promise<boolean> {
+    return false;
   }
 }
 

@@ -26,6 +26,12 @@ export interface CompletedRecord {
   readonly result: string;
   readonly expiresAt: number;
   readonly fingerprint?: string;
+  /**
+   * Token of the lease that completed the record, when the store keeps it. Such a store
+   * answers a repeated `complete` under this token with `true`, so a retried complete
+   * whose first reply was lost is told apart from a lost lease.
+   */
+  readonly leaseToken?: string;
 }
 
 export type IdempotencyRecord = InProgressRecord | CompletedRecord;

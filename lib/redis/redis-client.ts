@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
+import { IdempotencyStoreUnavailableError } from '../core/errors.js';
 
 type RedisArgument = string | number;
 
@@ -28,15 +28,20 @@ export interface RedisCallOptions {
 
 export const DEFAULT_REDIS_TIMEOUT = 2_000;
 
-/** Redis did not answer in time. Reported as store unavailable (HTTP 503). */
-export class RedisOperationTimeoutError extends IdempotencyError {
+/**
+ * Redis did not answer in time. A store-unavailable error (HTTP 503): the engine passes
+ * it on as it is, and `onStoreError: 'fail-open'` applies to it like to any outage.
+ */
+export class RedisOperationTimeoutError extends IdempotencyStoreUnavailableError {
   constructor(operation: string, timeout: number) {
-    super(
-      IdempotencyErrorCode.StoreUnavailable,
-      503,
-      `Redis did not answer ${operation} within ${timeout} ms`,
-      'Check that Redis is reachable. Create the ioredis client with enableOfflineQueue: false and a commandTimeout so that an outage fails fast (see docs/redis.md).',
-    );
+    const message = `Redis did not answer ${operation} within ${timeout} ms`;
+    super(new Error(message));
+    this.message = message;
+    Object.defineProperty(this, 'hint', {
+      value:
+        'Check that Redis is reachable. Create the ioredis client with enableOfflineQueue: false and a commandTimeout so that an outage fails fast (see docs/redis.md).',
+      enumerable: true,
+    });
   }
 }
 
@@ -77,7 +82,8 @@ export class RedisScriptRunner {
 
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
   run(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
-    return this.bounded(this.send(script, key, args), `${this.owner}.${script.name}`);
+    const call = { timedOut: false };
+    return this.bounded(this.send(script, key, args, call), `${this.owner}.${script.name}`, call);
   }
 
   ping(): Promise<void> {
@@ -87,7 +93,7 @@ export class RedisScriptRunner {
     );
   }
 
-  private async send(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
+  private async send(script: LuaScript, key: string, args: readonly RedisArgument[], call: { timedOut: boolean }): Promise<unknown> {
     if (!this.sent.has(script)) {
       // Marked before the reply: commands on one connection run in order, so calls
       // issued meanwhile find the script cached (or fall back on NOSCRIPT elsewhere).
@@ -103,14 +109,21 @@ export class RedisScriptRunner {
       return await this.client.evalsha(script.sha, 1, key, ...args);
     } catch (error) {
       if (!isNoScript(error)) throw error;
+      // Once the caller was told this call failed, it may have sent a command that undoes
+      // it (a release after a failed claim); sent now, the fallback would run after that
+      // undo and take effect for nobody.
+      if (call.timedOut) throw error;
       return this.client.eval(script.source, 1, key, ...args);
     }
   }
 
-  private bounded<T>(promise: Promise<T>, operation: string): Promise<T> {
+  private bounded<T>(promise: Promise<T>, operation: string, call?: { timedOut: boolean }): Promise<T> {
     if (this.timeout === 0) return promise;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new RedisOperationTimeoutError(operation, this.timeout)), this.timeout);
+      const timer = setTimeout(() => {
+        if (call) call.timedOut = true;
+        reject(new RedisOperationTimeoutError(operation, this.timeout));
+      }, this.timeout);
       timer.unref();
       promise.then(
         (value) => {

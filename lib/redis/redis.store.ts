@@ -1,4 +1,4 @@
-import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import type { ClaimResult, CompletedRecord, IdempotencyRecord } from '../core/record.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
 import {
   LUA_NOW_MS,
@@ -24,7 +24,8 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
  * One record = one Redis hash, whose Redis expiry is the lease while in progress and
  * the retention once completed, so Redis itself forgets expired leases and results:
  *   s  status: 'p' (in progress) or 'c' (completed)
- *   t  lease token (in progress only)
+ *   t  lease token; kept once completed, so that a repeated complete under it is told
+ *      apart from a lost lease
  *   e  leaseExpiresAt or expiresAt, epoch ms from the Redis server clock
  *   f  fingerprint (optional)
  *   r  serialized result (completed only)
@@ -51,13 +52,16 @@ return {1, expires}
 `,
 );
 
+// Idempotent per token: a repeat whose first reply was lost answers 1 again and leaves
+// the stored result as it is.
 const COMPLETE = new LuaScript(
   'complete',
   `${LUA_NOW_MS}
 local lease = redis.call('HMGET', KEYS[1], 's', 't')
-if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
+if lease[2] ~= ARGV[1] then return 0 end
+if lease[1] == 'c' then return 1 end
+if lease[1] ~= 'p' then return 0 end
 redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[2], 'e', ms_string(now_ms() + tonumber(ARGV[3])))
-redis.call('HDEL', KEYS[1], 't')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `,
@@ -173,7 +177,10 @@ function toRecord(key: string, fields: unknown[]): IdempotencyRecord | undefined
     return withFingerprint({ status: 'in_progress', key, leaseToken: asString(fields[1]) ?? '', leaseExpiresAt: expiry }, fingerprint);
   }
   if (status === 'c' && !isAbsent(fields[4])) {
-    return withFingerprint({ status: 'completed', key, result: asString(fields[4])!, expiresAt: expiry }, fingerprint);
+    // A record completed before the token was kept has none: leaseToken stays absent.
+    const leaseToken = asString(fields[1]);
+    const record: CompletedRecord = { status: 'completed', key, result: asString(fields[4])!, expiresAt: expiry };
+    return withFingerprint(leaseToken === undefined ? record : { ...record, leaseToken }, fingerprint);
   }
   throw new Error(
     `RedisIdempotencyStore: the record under key ${key} is not in the format of this store (status ${JSON.stringify(status)}). ` +

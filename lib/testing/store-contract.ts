@@ -88,7 +88,8 @@ export function describeStoreContract(
       await store.claim(k, { token: t, leaseTtl: 10_000, fingerprint: 'fp' });
       assert.equal(await store.complete(k, token(), { result: 'wrong', ttl: 10_000 }), false);
       assert.equal(await store.complete(k, t, { result: '{"v":1}', ttl: 10_000 }), true);
-      assert.equal(await store.complete(k, t, { result: 'again', ttl: 10_000 }), false, 'a completed record must not be completed twice');
+      assert.equal(await store.complete(k, token(), { result: 'other', ttl: 10_000 }), false, 'another token must not complete it');
+      await store.complete(k, t, { result: 'again', ttl: 10_000 });
       const claim = await store.claim(k, { token: token(), leaseTtl: 10_000 });
       assert.equal(claim.claimed, false);
       assert.equal(claim.record.status, 'completed');
@@ -97,6 +98,28 @@ export function describeStoreContract(
       const read = await store.get(k);
       assert.equal(read?.status === 'completed' && read.result, '{"v":1}');
       assert.equal(await store.release(k, t), false, 'release must not remove a completed record');
+    });
+
+    it('answers a repeated complete under the completing token without storing anything new', async () => {
+      // The engine repeats a complete whose reply was lost; the repeat must not be
+      // mistaken for a lost lease (a store that keeps the token on the completed record
+      // answers true), and must never replace the result duplicates already replayed.
+      const k = key();
+      const t = token();
+      await store.claim(k, { token: t, leaseTtl: 10_000 });
+      assert.equal(await store.complete(k, t, { result: 'first', ttl: 10_000 }), true);
+      const completed = await store.get(k);
+      const repeat = await store.complete(k, t, { result: 'second', ttl: 10_000 });
+      const read = await store.get(k);
+      assert.equal(read?.status === 'completed' && read.result, 'first');
+      const kept = completed?.status === 'completed' ? completed.leaseToken : undefined;
+      if (kept !== undefined) {
+        assert.equal(kept, t, 'leaseToken of a completed record must be the token that completed it');
+        assert.equal(repeat, true, 'a store that keeps the completing token must answer its repeated complete with true');
+      }
+      assert.equal(await store.release(k, t), false, 'the completing token must not release a completed record');
+      assert.equal(await store.renew(k, t, 10_000), false, 'the completing token must not renew a completed record');
+      assert.equal((await store.get(k))?.status, 'completed');
     });
 
     it('stores results with any characters intact', async () => {
