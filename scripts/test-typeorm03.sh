@@ -4,11 +4,8 @@
 # drivers (pg, sql.js) still come from the main node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .typeorm03
-if [ ! -f .typeorm03/node_modules/typeorm/package.json ] || ! grep -q '"version": "0\.3\.' .typeorm03/node_modules/typeorm/package.json; then
-  echo '{ "name": "typeorm03-leg", "private": true }' > .typeorm03/package.json
-  npm install --prefix .typeorm03 --no-save --no-package-lock --legacy-peer-deps --no-audit --no-fund 'typeorm@^0.3'
-fi
+# The version comes from .ci/legs/typeorm03/package-lock.json (see README, Development).
+bash .ci/legs/install.sh typeorm03 .typeorm03
 # Child processes the tests start (crash tests) resolve `typeorm` with Node, not Jest:
 # this preload points them at .typeorm03 as well.
 cat > .typeorm03/resolve-typeorm03.cjs <<'HOOK'
