@@ -4,6 +4,7 @@ import {
   IdempotencyConfigurationError,
   IdempotencyInFlightError,
   IdempotencyKeyInvalidError,
+  normalizeIdempotencyKey,
   parseIdempotencyKeyHeader,
   IdempotencyNotReplayableError,
   decodeValue,
@@ -71,7 +72,7 @@ export class HttpTransportAdapter implements TransportAdapter {
       if (value === undefined) continue;
       const parsed = parseIdempotencyKeyHeader(value);
       // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
-      if (key !== undefined && key !== parsed) {
+      if (key !== undefined && normalizeIdempotencyKey(key) !== normalizeIdempotencyKey(parsed)) {
         throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
       }
       key = parsed;

@@ -61,7 +61,15 @@ function httpOperationOf(context: ExecutionContext): string {
   const version = (Reflect.getMetadata(VERSION_METADATA, handler) ?? Reflect.getMetadata(VERSION_METADATA, context.getClass())) as
     string | symbol | Array<string | symbol> | undefined;
   const method = (request?.method ?? 'ANY').toUpperCase();
-  return version === undefined ? `${method} ${template}` : `${method} ${template}@${String(version)}`;
+  if (version === undefined || versionInPath(template, version)) return `${method} ${template}`;
+  return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}`;
+}
+
+/** URI versioning puts the version in the template (`/v2/refunds`); header and media-type versioning do not. */
+function versionInPath(template: string, version: string | symbol | Array<string | symbol>): boolean {
+  const versions = (Array.isArray(version) ? version : [version]).filter((v): v is string => typeof v === 'string');
+  const segments = template.split('/');
+  return versions.length > 0 && versions.every((v) => segments.some((segment) => segment.endsWith(v)));
 }
 
 function routeTemplateOf(request: RoutedRequest | undefined): string | undefined {

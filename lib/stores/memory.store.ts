@@ -1,10 +1,13 @@
 import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from '../core/record.js';
+import type { IdempotencyEventListener } from '../core/events.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
 
 export interface MemoryIdempotencyStoreOptions {
   /**
-   * Most records kept at once. When full, the oldest completed records are evicted
-   * first; an `in_progress` record is never evicted to make room (that would let a
+   * Most records kept at once. When full, the oldest completed record is evicted to make
+   * room, even before its `ttl`: a retry with its key would then run the handler again,
+   * so each such eviction is reported (`evicted_before_expiry` event, and a warning in
+   * the module's log). An `in_progress` record is never evicted (that would let a
    * duplicate run while the first is still running), so a store full of running
    * leases refuses new claims instead, which surfaces as a store error (503).
    * @default 10000
@@ -31,6 +34,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly completedHead = new MapHead(this.completed);
   private readonly leasesHead = new MapHead(this.leases);
   readonly maxEntries: number;
+  private readonly listeners = new Set<IdempotencyEventListener>();
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
     this.maxEntries = options.maxEntries ?? 10_000;
@@ -49,7 +53,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const existing = this.live(key, now);
     if (existing) return { claimed: false, record: existing };
     this.sweepHead(now);
-    if (this.size >= this.maxEntries && !this.evictOneCompleted()) {
+    if (this.size >= this.maxEntries && !this.evictOneCompleted(now)) {
       throw new Error(
         `MemoryIdempotencyStore is full: all ${this.maxEntries} entries are running leases. Raise maxEntries or lower leaseTtl.`,
       );
@@ -140,8 +144,32 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.leasesHead.dropExpired(now, 2);
   }
 
-  private evictOneCompleted(): boolean {
-    return this.completedHead.deleteOldest();
+  /** Listeners of `evicted_before_expiry` (IdempotencyModule adds its own). */
+  addEventListener(listener: IdempotencyEventListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private evictOneCompleted(now: number): boolean {
+    const evicted = this.completedHead.deleteOldest();
+    if (!evicted) return false;
+    if (evicted.expiresAt > now && this.listeners.size > 0) {
+      const event = {
+        type: 'evicted_before_expiry' as const,
+        key: evicted.key,
+        at: now,
+        durationMs: 0,
+        reason: `MemoryIdempotencyStore is full (maxEntries ${this.maxEntries}); the result had ${evicted.expiresAt - now} ms of its ttl left`,
+      };
+      for (const listener of this.listeners) {
+        try {
+          listener(event);
+        } catch {
+          // A faulty listener must not fail the claim that made room.
+        }
+      }
+    }
+    return true;
   }
 }
 
@@ -186,12 +214,12 @@ class MapHead<R extends IdempotencyRecord> {
     }
   }
 
-  /** Deletes the oldest record; false when the map is empty. */
-  deleteOldest(): boolean {
+  /** Deletes the oldest record and returns it; undefined when the map is empty. */
+  deleteOldest(): R | undefined {
     const entry = this.peek();
-    if (entry === undefined) return false;
+    if (entry === undefined) return undefined;
     this.map.delete(entry[0]);
-    return true;
+    return entry[1];
   }
 
   reset(): void {
