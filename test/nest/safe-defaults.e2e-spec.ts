@@ -71,7 +71,7 @@ class AuthGuard implements CanActivate {
 
 /** A factory, as controller factories and v1/v2 folders do: every class it makes is named `PaymentsController`. */
 function paymentsControllerAt(path: string, effects: Effects, version?: string) {
-  @Controller(version ? { path, version } : path)
+  @Controller({ path, version })
   class PaymentsController {
     @Post()
     @Idempotent()
@@ -402,7 +402,7 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
 
 describe('nothing silent: the default log and the memory store’s evictions', () => {
   class BrokenStore extends MemoryIdempotencyStore {
-    async claim(): Promise<never> {
+    override async claim(): Promise<never> {
       throw new Error('ECONNRESET: the store hung up');
     }
   }
