@@ -8,8 +8,32 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '../../lib/index.js';
+import Redis from 'ioredis';
+import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
+import { freePort } from '../support/redis-servers.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A promise the test resolves when it chooses: lets a handler run exactly as long as the test needs. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+const cleanups: (() => void)[] = [];
+const after = (cleanup: () => void) => cleanups.push(cleanup);
+afterAll(() => {
+  for (const cleanup of cleanups) cleanup();
+});
 
 describe('makeIdempotent', () => {
   it('runs the function once for 20 concurrent calls with one key, and all get its value', async () => {
@@ -95,18 +119,23 @@ describe('makeIdempotent', () => {
 
   it('rejects a running duplicate in reject mode', async () => {
     const store = new MemoryIdempotencyStore();
-    const f = makeIdempotent(async () => sleep(100).then(() => 1), { store, key: () => 'r', scope: 'rej', inFlight: 'reject' });
-    const [first, second] = await Promise.allSettled([f(), f()]);
-    expect(first).toMatchObject({ status: 'fulfilled', value: 1 });
-    expect(second.status === 'rejected' && second.reason).toBeInstanceOf(IdempotencyInFlightError);
+    const running = gate();
+    const f = makeIdempotent(async () => running.opened.then(() => 1), { store, key: () => 'r', scope: 'rej', inFlight: 'reject' });
+    const first = f();
+    // The first holds the key until the gate opens, so the duplicate meets it running.
+    await expect(f()).rejects.toBeInstanceOf(IdempotencyInFlightError);
+    running.open();
+    expect(await first).toBe(1);
   });
 
   it('gives up waiting after waitTimeout with an in-flight error', async () => {
     const store = new MemoryIdempotencyStore();
-    const f = makeIdempotent(async () => sleep(400).then(() => 1), { store, key: () => 'w', scope: 'wait', waitTimeout: 100 });
-    const [first, second] = await Promise.allSettled([f(), f()]);
-    expect(first.status).toBe('fulfilled');
-    expect(second.status === 'rejected' && second.reason).toBeInstanceOf(IdempotencyInFlightError);
+    const running = gate();
+    const f = makeIdempotent(async () => running.opened.then(() => 1), { store, key: () => 'w', scope: 'wait', waitTimeout: 100 });
+    const first = f();
+    await expect(f()).rejects.toBeInstanceOf(IdempotencyInFlightError);
+    running.open();
+    expect(await first).toBe(1);
   });
 
   it('returns the first caller the real value and duplicates an error when the result cannot be stored', async () => {
@@ -123,14 +152,12 @@ describe('makeIdempotent', () => {
   });
 
   it('fails closed with a 503-class error or open, by option', async () => {
-    const broken: IdempotencyStore = {
-      claim: () => Promise.reject(new Error('ECONNREFUSED')),
-      complete: () => Promise.reject(new Error('ECONNREFUSED')),
-      release: () => Promise.reject(new Error('ECONNREFUSED')),
-      renew: () => Promise.reject(new Error('ECONNREFUSED')),
-      get: () => Promise.reject(new Error('ECONNREFUSED')),
-      delete: () => Promise.reject(new Error('ECONNREFUSED')),
-    };
+    // A real client to a port where no Redis listens: every command fails at once.
+    const client = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, ...recommendedRedisOptions() });
+    client.on('error', () => undefined);
+    void client.connect().catch(() => undefined);
+    after(() => client.disconnect());
+    const broken: IdempotencyStore = new RedisIdempotencyStore(client);
     let runs = 0;
     const closed = makeIdempotent(async () => ++runs, { store: broken, key: () => 'k', scope: 'c' });
     await expect(closed()).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
@@ -168,10 +195,10 @@ describe('IdempotencyEngine leases', () => {
     // Simulate a paused owner: stop its renewals by deleting and re-claiming under another token.
     await store.delete('lost');
     await store.claim('lost', { token: 'usurper', leaseTtl: 10_000 });
-    await sleep(120); // the next renewal notices
     if (admission.kind !== 'execute') throw new Error('unreachable');
-    expect(admission.lease.isLost).toBe(true);
-    await admission.lease.complete({ kind: 'value', value: { t: 'j', v: 1 } });
+    const { lease } = admission;
+    await until(() => lease.isLost, 'a renewal to find the key taken over');
+    await lease.complete({ kind: 'value', value: { t: 'j', v: 1 } });
     expect(events.filter((e) => e.type === 'lease_lost')).toHaveLength(1);
     expect(await store.get('lost')).toMatchObject({ status: 'in_progress', leaseToken: 'usurper' });
   });

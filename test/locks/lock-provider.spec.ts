@@ -7,11 +7,50 @@ import {
   LockNotAcquiredError,
   MemoryLockProvider,
   withLock,
+  type LockHandle,
   type LockProvider,
 } from '../../lib/locks/index.js';
 import { RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `probe` until it returns a value (not undefined), failing after `timeoutMs`. */
+async function poll<T>(probe: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`gave up after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+/** The provider as it is, counting the successful extensions of the handles it grants. */
+function countingExtensions(provider: LockProvider) {
+  const seen = { extended: 0, firstExpiry: 0 };
+  const counting: LockProvider = {
+    async acquire(resource, options) {
+      const handle = await provider.acquire(resource, options);
+      if (!handle) return undefined;
+      seen.firstExpiry = handle.expiresAt;
+      const counted: LockHandle = {
+        resource: handle.resource,
+        token: handle.token,
+        get expiresAt() {
+          return handle.expiresAt;
+        },
+        async extend(ttl) {
+          const extended = await handle.extend(ttl);
+          if (extended) seen.extended++;
+          return extended;
+        },
+        release: () => handle.release(),
+      };
+      return counted;
+    },
+  };
+  return { seen, provider: counting };
+}
 /** Blocks the event loop, like a long GC pause: no timer (no renewal) can run meanwhile. */
 function stall(ms: number): void {
   const until = Date.now() + ms;
@@ -69,9 +108,7 @@ describe.each(providers)('%s', (_name, makeProvider) => {
   it("never lets a holder whose lock expired release or extend the new holder's lock", async () => {
     const r = resource();
     const stale = (await locks.acquire(r, { ttl: 150 }))!;
-    await sleep(300);
-    const current = await locks.acquire(r, { ttl: 10_000 });
-    expect(current).toBeDefined();
+    const current = await poll(() => locks.acquire(r, { ttl: 10_000 }), 'the stale lock to expire');
     expect(await stale.release()).toBe(false);
     expect(await stale.extend(10_000)).toBe(false);
     expect(await locks.acquire(r, { ttl: 10_000 })).toBeUndefined();
@@ -84,7 +121,8 @@ describe.each(providers)('%s', (_name, makeProvider) => {
     const firstExpiry = handle.expiresAt;
     expect(await handle.extend(5_000)).toBe(true);
     expect(handle.expiresAt).toBeGreaterThan(firstExpiry);
-    await sleep(350);
+    // Past the first expiry on this clock, with room for the store's own clock to agree.
+    await poll(() => (Date.now() > firstExpiry + 100 ? true : undefined), 'the first expiry to pass');
     expect(await locks.acquire(r, { ttl: 1_000 })).toBeUndefined();
     expect(await handle.release()).toBe(true);
   });
@@ -136,15 +174,17 @@ describe.each(providers)('%s', (_name, makeProvider) => {
 
   it('withLock: renews the lock while long work runs, and releases it afterwards', async () => {
     const r = resource();
+    const { seen, provider } = countingExtensions(locks);
     let contenderGotIt: boolean | undefined;
     await withLock(
-      locks,
+      provider,
       r,
       async () => {
-        await sleep(700); // over twice the ttl
+        // Held past its first expiry through two renewals: without them it would have lapsed.
+        await poll(() => (seen.extended >= 2 && Date.now() > seen.firstExpiry + 100 ? true : undefined), 'two renewals past the first expiry');
         contenderGotIt = (await locks.acquire(r, { ttl: 1_000 })) !== undefined;
       },
-      { ttl: 300 },
+      { ttl: 600 },
     );
     expect(contenderGotIt).toBe(false);
     const after = await locks.acquire(r, { ttl: 1_000 });
@@ -171,7 +211,7 @@ describe.each(providers)('%s', (_name, makeProvider) => {
         signal = s;
         stall(450); // no renewal can run: the 150 ms lock lapses
         takenOver = (await locks.acquire(r, { ttl: 10_000 })) !== undefined;
-        await sleep(120); // the late renewal runs, finds the lock gone
+        await poll(() => (s.aborted ? true : undefined), 'the late renewal to find the lock gone');
       },
       { ttl: 150 },
     );

@@ -14,6 +14,17 @@ const TS_REQUIRE = join(__dirname, '..', 'support', 'ts-require.js');
 const LEASE_TTL = 3_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Polls `probe` until it returns a value (not undefined), failing after `timeoutMs`. */
+async function poll<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 15_000, everyMs = 20): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`gave up after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
 interface AppProcess {
   child: ChildProcess;
   url: string;
@@ -47,6 +58,20 @@ async function kill(app: AppProcess): Promise<void> {
 }
 
 const runsOf = async (orderId: string) => Number(await redis.get(`${prefix}runs:${orderId}`));
+
+/** Redis keys of the records still in progress, with their remaining lease (PTTL, ms). */
+async function leasesInProgress(): Promise<{ key: string; pttl: number }[]> {
+  const found: { key: string; pttl: number }[] = [];
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}idem:*`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of keys) {
+      if ((await redis.hget(key, 's')) === 'p') found.push({ key, pttl: await redis.pttl(key) });
+    }
+  } while (cursor !== '0');
+  return found;
+}
 const charge = (app: AppProcess, key: string, orderId: string, handlerMs = 0, path = '/charges') =>
   request(app.url).post(path).set('Idempotency-Key', key).set('x-handler-ms', String(handlerMs)).send({ orderId, amount: 10 });
 
@@ -104,24 +129,23 @@ describe('idempotent app, two processes, one Redis', () => {
     const orderId = randomUUID();
 
     const doomed = charge(victim, key, orderId, 60_000).catch(() => undefined);
-    while ((await runsOf(orderId)) < 1) await sleep(10);
+    await poll(async () => ((await runsOf(orderId)) >= 1 ? true : undefined), 'the handler to start');
     await kill(victim);
     await doomed;
-    const killedAt = Date.now();
 
-    // The dead owner's lease still holds: a retry is refused, not run.
+    // The dead owner's lease still holds: a retry is refused, not run. The lease is
+    // still in Redis after the answer, so the answer came while it held.
     const early = await charge(survivor, key, orderId);
-    expect(Date.now() - killedAt).toBeLessThan(LEASE_TTL);
     expect(early.status).toBe(409);
     expect(early.headers['retry-after']).toBeDefined();
+    const held = await leasesInProgress();
+    expect(held).toHaveLength(1);
+    expect(held[0].pttl).toBeGreaterThan(0);
     expect(await runsOf(orderId)).toBe(1);
 
-    // Once the lease lapses, the retry runs the handler, exactly once.
-    let retried;
-    do {
-      await sleep(250);
-      retried = await charge(survivor, key, orderId);
-    } while (retried.status === 409);
+    // Once Redis has expired the lease, the retry runs the handler, exactly once.
+    await poll(async () => ((await redis.exists(held[0].key)) === 0 ? true : undefined), 'the lease to expire', LEASE_TTL + 10_000);
+    const retried = await charge(survivor, key, orderId);
     expect(retried.status).toBe(201);
     expect(retried.body).toMatchObject({ orderId, run: 2 });
     expect(await runsOf(orderId)).toBe(2);
