@@ -9,7 +9,7 @@ import {
   getIdempotentEntityManager,
   runIdempotentTransaction,
 } from '../../lib/typeorm/index.js';
-import { createSqljsDataSource, sleep } from './support.js';
+import { createSqljsDataSource, sleep, waitUntil } from './support.js';
 
 describeStoreContract('TypeOrmIdempotencyStore (SQLite via sql.js)', async () => {
   const dataSource = await createSqljsDataSource({ synchronize: false });
@@ -110,7 +110,7 @@ describe('TypeOrmIdempotencyStore on SQLite (sql.js)', () => {
     const dead = key();
     await store.claim(live, { token: 't', leaseTtl: 60_000 });
     await store.claim(dead, { token: 't', leaseTtl: 1 });
-    await sleep(10);
+    await waitUntil(async () => (await store.get(dead)) === undefined, { what: 'the 1 ms lease to expire' });
     const result = await store.purgeExpired();
     expect(result.ran).toBe(true);
     expect(result.deleted).toBeGreaterThanOrEqual(1);

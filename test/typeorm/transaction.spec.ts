@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { DataSource, EntityManager } from 'typeorm';
-import { IdempotencyConfigurationError, IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from '../../lib/core/errors.js';
+import { QueryFailedError, type DataSource, type EntityManager } from 'typeorm';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
+  IdempotencyStoreUnavailableError,
+  isIdempotencyError,
+} from '../../lib/core/errors.js';
 import { storageKeyOf } from '../../lib/core/hash.js';
 import { deserializeOutcome } from '../../lib/core/outcome.js';
 import {
@@ -10,7 +16,7 @@ import {
   runIdempotentTransaction,
 } from '../../lib/typeorm/index.js';
 import { Account, RefundRecord, refundEntities } from './refund.entities.js';
-import { createPgDataSource, sleep } from './support.js';
+import { createPgDataSource, gate, sleep, waitUntil } from './support.js';
 
 describe('exactly-once transactions on PostgreSQL', () => {
   let db: Awaited<ReturnType<typeof createPgDataSource>>;
@@ -160,10 +166,13 @@ describe('exactly-once transactions on PostgreSQL', () => {
     const messageId = randomUUID();
     let runs = 0;
     const work = async () => ++runs;
-    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(1);
-    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(1);
-    await sleep(60);
-    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 30 }, work)).toBe(2);
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 1 }, work)).toBe(1);
+    const storageKey = storageKeyOf('transaction', messageId);
+    await waitUntil(async () => (await store.get(storageKey)) === undefined, { what: 'the 1 ms retention to pass' });
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 60_000 }, work)).toBe(2);
+    // Within the new retention it replays again.
+    expect(await runIdempotentTransaction(dataSource, { key: messageId, ttl: 60_000 }, work)).toBe(2);
+    expect(runs).toBe(2);
   });
 
   it('gives up waiting after waitTimeout with IdempotencyInFlightError, without disturbing the first transaction', async () => {
@@ -220,8 +229,8 @@ describe('exactly-once transactions on PostgreSQL', () => {
 
     it('takes over an expired lease of the regular path', async () => {
       const key = 'k' + randomUUID().replace(/-/g, '');
-      await store.claim(key, { token: 't', leaseTtl: 20 });
-      await sleep(50);
+      await store.claim(key, { token: 't', leaseTtl: 1 });
+      await waitUntil(async () => (await store.get(key)) === undefined, { what: 'the 1 ms lease to expire' });
       expect(await store.runTransactional({ key, ttl: 60_000 }, async () => ({ value: 1, result: 'won' }))).toEqual({
         kind: 'executed',
         value: 1,
@@ -233,6 +242,133 @@ describe('exactly-once transactions on PostgreSQL', () => {
     it('explains getIdempotentEntityManager() outside a transactional handler', () => {
       expect(() => getIdempotentEntityManager()).toThrow(IdempotencyConfigurationError);
       expect(() => getIdempotentEntityManager()).toThrow(/outside an idempotent transaction/);
+    });
+  });
+
+  describe('when the connection of the transaction is cut (pg_terminate_backend)', () => {
+    /** Ends the transaction's backend from another session and waits until the server has let it go. */
+    async function terminate(pid: number) {
+      await dataSource.query('SELECT pg_terminate_backend($1)', [pid]);
+      await waitUntil(async () => (await dataSource.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0, {
+        what: `backend ${pid} to end`,
+      });
+    }
+
+    async function backendOf(manager: EntityManager): Promise<number> {
+      const [{ pid }] = await manager.query('SELECT pg_backend_pid() AS pid');
+      return Number(pid);
+    }
+
+    /**
+     * Runs `body` inside the transaction through each entry point: the caller of
+     * `runIdempotentTransaction` outside Nest, and `runTransactional` under @Idempotent().
+     */
+    const entryPoints = {
+      runIdempotentTransaction: (key: string, body: (manager: EntityManager) => Promise<unknown>) =>
+        runIdempotentTransaction(dataSource, { key }, body),
+      'TypeOrmIdempotencyStore.runTransactional': (key: string, body: (manager: EntityManager) => Promise<unknown>) =>
+        store.runTransactional({ key: storageKeyOf('transaction', key), ttl: 60_000 }, async () => ({
+          value: await body(getIdempotentEntityManager()),
+          result: '"stored"',
+        })),
+    };
+
+    it.each(Object.keys(entryPoints) as Array<keyof typeof entryPoints>)(
+      '%s: a cut the work runs into is IdempotencyStoreUnavailableError with the driver error as cause; nothing commits',
+      async (entry) => {
+        const accountId = await newAccount(100);
+        const messageId = randomUUID();
+        const inside = gate<number>();
+        const resume = gate();
+        const run = entryPoints[entry](messageId, async (manager) => {
+          await manager.insert(RefundRecord, { idemKey: messageId, accountId, amount: 10 });
+          inside.open(await backendOf(manager));
+          await resume.promise;
+          await manager.decrement(Account, { id: accountId }, 'balance', 10);
+          return 'refunded';
+        });
+        await terminate(await inside.promise);
+        resume.open();
+        const error = await run.then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
+        const cause = (error as Error).cause as Error;
+        expect(['QueryFailedError', 'QueryRunnerAlreadyReleasedError']).toContain(cause.name);
+        expect(await dataSource.getRepository(RefundRecord).countBy({ idemKey: messageId })).toBe(0);
+        expect(await store.get(storageKeyOf('transaction', messageId))).toBeUndefined();
+        // Nothing committed, so the retry the 503 asks for applies the refund exactly once.
+        await runIdempotentTransaction(dataSource, { key: messageId }, refund(messageId, accountId, 10));
+        expect((await dataSource.getRepository(Account).findOneByOrFail({ id: accountId })).balance).toBe(90);
+      },
+    );
+
+    it('a cut during a statement of the work (SQLSTATE 57P01) is IdempotencyStoreUnavailableError too', async () => {
+      const messageId = randomUUID();
+      const inside = gate<number>();
+      const run = runIdempotentTransaction(dataSource, { key: messageId }, async (manager) => {
+        inside.open(await backendOf(manager));
+        return manager.query('SELECT pg_sleep(60)');
+      });
+      const pid = await inside.promise;
+      await waitUntil(
+        async () => (await dataSource.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%'`, [pid])).length > 0,
+        { what: 'the work to be inside pg_sleep' },
+      );
+      await terminate(pid);
+      const error = await run.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
+      const cause = (error as Error).cause as { name: string; driverError?: { code?: string } };
+      expect(cause.name).toBe('QueryFailedError');
+      expect(cause.driverError?.code).toBe('57P01');
+      expect(await store.get(storageKeyOf('transaction', messageId))).toBeUndefined();
+    });
+
+    it('a cut the work does not notice fails the record statement: IdempotencyStoreUnavailableError, nothing commits', async () => {
+      const messageId = randomUUID();
+      const inside = gate<number>();
+      const resume = gate();
+      let runs = 0;
+      const run = runIdempotentTransaction(dataSource, { key: messageId }, async (manager) => {
+        runs++;
+        inside.open(await backendOf(manager));
+        await resume.promise;
+        return 'computed without the database';
+      });
+      await terminate(await inside.promise);
+      resume.open();
+      await expect(run).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+      expect(await store.get(storageKeyOf('transaction', messageId))).toBeUndefined();
+      expect(await runIdempotentTransaction(dataSource, { key: messageId }, async () => ++runs)).toBe(2);
+    });
+
+    it("passes the work's own errors through unchanged, after a cut too", async () => {
+      const inside = gate<number>();
+      const resume = gate();
+      const businessError = new Error('refund limit exceeded');
+      const run = runIdempotentTransaction(dataSource, { key: randomUUID() }, async (manager) => {
+        inside.open(await backendOf(manager));
+        await resume.promise;
+        throw businessError;
+      });
+      await terminate(await inside.promise);
+      resume.open();
+      await expect(run).rejects.toBe(businessError);
+    });
+
+    it("passes the work's own driver errors through unchanged, a missing table of its own included", async () => {
+      const error = await runIdempotentTransaction(dataSource, { key: randomUUID() }, async (manager) =>
+        manager.query('SELECT * FROM "no_such_business_table"'),
+      ).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(QueryFailedError);
+      expect(isIdempotencyError(error)).toBe(false);
     });
   });
 
