@@ -4,12 +4,13 @@ import { IdempotencyService, MemoryIdempotencyStore, deserializeOutcome, decodeV
 import { createHttpApp, sleep, type Effects } from '../nest/http-app.js';
 
 // docs/observability.md tells support staff to find a customer's record with the raw key,
-// the handler of the logs and the user id: this checks that recipe against real requests.
+// the operation (HTTP method and route template) and the user id: this checks that recipe
+// against real requests.
 describe('inspect() and forget() on an HTTP handler, as documented for support staff', () => {
   let app: INestApplication;
   let effects: Effects;
   let service: IdempotencyService;
-  const handler = 'PaymentsController.charge';
+  const operation = 'POST /charges';
   const key = `support-${process.pid}-${Date.now()}`;
 
   beforeAll(async () => {
@@ -20,12 +21,12 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
     await app?.close();
   });
 
-  it('shows the running lease, then the stored answer, under handler + principal', async () => {
+  it('shows the running lease, then the stored answer, under operation + principal', async () => {
     const running = request(app.getHttpServer()).post('/charges').set('Idempotency-Key', key).set('X-User', 'user-7').send({ amount: 3 });
     const done = running.then((r) => r);
     let inFlight;
     for (let i = 0; i < 300 && !inFlight; i++) {
-      inFlight = await service.inspect(key, { handler, principal: 'user-7' });
+      inFlight = await service.inspect(key, { operation, principal: 'user-7' });
       if (!inFlight) await sleep(10);
     }
     expect(inFlight).toMatchObject({ status: 'in_progress' });
@@ -33,7 +34,7 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
 
     const first = await done;
     expect(first.status).toBe(201);
-    const record = await service.inspect(key, { handler, principal: 'user-7' });
+    const record = await service.inspect(key, { operation, principal: 'user-7' });
     expect(record?.status).toBe('completed');
     if (record?.status !== 'completed') return;
     expect(record.expiresAt).toBeGreaterThan(Date.now());
@@ -44,14 +45,14 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
     expect(decodeValue(outcome.value)).toEqual(first.body);
 
     // Another user's scope, or no principal, is another record.
-    expect(await service.inspect(key, { handler, principal: 'user-8' })).toBeUndefined();
-    expect(await service.inspect(key, { handler })).toBeUndefined();
+    expect(await service.inspect(key, { operation, principal: 'user-8' })).toBeUndefined();
+    expect(await service.inspect(key, { operation })).toBeUndefined();
   });
 
   it('forget() lets the next request with that key run the handler again', async () => {
     const before = effects.count('charge');
-    expect(await service.forget(key, { handler, principal: 'user-7' })).toBe(true);
-    expect(await service.forget(key, { handler, principal: 'user-7' })).toBe(false);
+    expect(await service.forget(key, { operation, principal: 'user-7' })).toBe(true);
+    expect(await service.forget(key, { operation, principal: 'user-7' })).toBe(false);
     const again = await request(app.getHttpServer())
       .post('/charges')
       .set('Idempotency-Key', key)

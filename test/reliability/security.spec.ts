@@ -201,7 +201,8 @@ describe('hostile keys against a real Redis store', () => {
     'a}b{',
     '\\',
     "'; FLUSHALL; --",
-    'redis.call("DEL", KEYS[1])',
+    // Quotes and commas only as a structured-field string: bare, they would be a malformed or multi-valued header (400).
+    '"redis.call(\\"DEL\\", KEYS[1])"',
     ']]..[[',
     '$5',
     '%s%n',
