@@ -60,7 +60,16 @@ export class RedisLockProvider implements LockProvider {
     const ttl = wholeMs(options.ttl, 'ttl', 'RedisLockProvider.acquire');
     const token = randomUUID();
     const startedAt = Date.now();
-    const acquired = Number(await this.scripts.run(ACQUIRE, this.prefix + resource, [token, ttl])) === 1;
+    let acquired: boolean;
+    try {
+      acquired = Number(await this.scripts.run(ACQUIRE, this.prefix + resource, [token, ttl])) === 1;
+    } catch (error) {
+      // The SET may still run (a hung Redis executes it on resuming) and hold the lock
+      // for nobody until its ttl. The token-checked release, sent right behind it on
+      // the same connection, undoes it; its own failure changes nothing.
+      this.operations.release(resource, token).catch(() => false);
+      throw error;
+    }
     return acquired ? new TokenLockHandle(resource, token, startedAt + ttl, ttl, this.operations) : undefined;
   }
 

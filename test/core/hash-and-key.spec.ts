@@ -40,12 +40,22 @@ describe('normalizeIdempotencyKey', () => {
     expect(normalizeIdempotencyKey(42)).toBe('42');
   });
 
-  it.each([[''], ['   '], ['x'.repeat(256)], ['a\nb'], ['a\u0000'], ['a\u007f'], ['"unterminated\\"'], ['"q1'], ['q1"'], ['"'], [{}], [null]])(
-    'rejects %j',
-    (raw) => {
-      expect(() => normalizeIdempotencyKey(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
-    },
-  );
+  it.each([
+    [''],
+    ['   '],
+    ['x'.repeat(256)],
+    ['a\nb'],
+    ['a\u0000'],
+    ['a\u007f'],
+    ['"unterminated\\"'],
+    ['"q1'],
+    ['q1"'],
+    ['"'],
+    [{}],
+    [null],
+  ])('rejects %j', (raw) => {
+    expect(() => normalizeIdempotencyKey(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
+  });
 
   it('accepts 255 characters and Unicode', () => {
     expect(normalizeIdempotencyKey('é'.repeat(255))).toHaveLength(255);

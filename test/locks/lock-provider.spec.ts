@@ -181,7 +181,10 @@ describe.each(providers)('%s', (_name, makeProvider) => {
       r,
       async () => {
         // Held past its first expiry through two renewals: without them it would have lapsed.
-        await poll(() => (seen.extended >= 2 && Date.now() > seen.firstExpiry + 100 ? true : undefined), 'two renewals past the first expiry');
+        await poll(
+          () => (seen.extended >= 2 && Date.now() > seen.firstExpiry + 100 ? true : undefined),
+          'two renewals past the first expiry',
+        );
         contenderGotIt = (await locks.acquire(r, { ttl: 1_000 })) !== undefined;
       },
       { ttl: 600 },

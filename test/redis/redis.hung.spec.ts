@@ -8,7 +8,7 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '../../lib/index.js';
-import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
+import { RedisIdempotencyStore, RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { startRedisServer, type RedisServerHandle } from '../support/redis-servers.js';
 
 /**
@@ -59,6 +59,10 @@ describe('RedisIdempotencyStore on a Redis that hangs, then resumes', () => {
   }
 
   async function newStore(prefix: string): Promise<RedisIdempotencyStore> {
+    return new RedisIdempotencyStore(await newClient(), { prefix });
+  }
+
+  async function newClient(): Promise<Redis> {
     const client = new Redis({
       host: '127.0.0.1',
       port: server.port,
@@ -68,7 +72,7 @@ describe('RedisIdempotencyStore on a Redis that hangs, then resumes', () => {
     client.on('error', () => undefined); // timeouts are expected here; the commands report them
     clients.push(client);
     await client.connect();
-    return new RedisIdempotencyStore(client, { prefix });
+    return client;
   }
 
   function policy(store: IdempotencyStore, events: IdempotencyEvent[] = [], leaseTtl = 30_000): ExecutionPolicy {
@@ -168,5 +172,32 @@ describe('RedisIdempotencyStore on a Redis that hangs, then resumes', () => {
     expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
     expect(await engine.execute({ key }, policy(store, [], leaseTtl), async () => ++runs)).toEqual({ value: 'shipped', replayed: true });
     expect(runs).toBe(1);
+  }, 30_000);
+
+  it('frees a lock whose acquire failed during the hang as soon as Redis answers again', async () => {
+    const prefix = `hung:lock:${randomUUID()}:`;
+    const client = await newClient();
+    const locks = new RedisLockProvider(client, { prefix });
+    const otherLocks = new RedisLockProvider(await newClient(), { prefix });
+    const resources = Array.from({ length: 10 }, () => `inventory-${randomUUID()}`);
+    // Warm up, so the scripts travel as EVALSHA like in steady state.
+    await (await locks.acquire(`warm-${randomUUID()}`, { ttl: 30_000 }))!.release();
+
+    freeze();
+    const during = await Promise.allSettled(resources.map((resource) => locks.acquire(resource, { ttl: 30_000 })));
+    expect(during.map((outcome) => outcome.status)).toEqual(resources.map(() => 'rejected'));
+    resume();
+
+    await until(
+      () =>
+        client.ping().then(
+          () => true,
+          () => false,
+        ),
+      'Redis to answer again',
+    );
+    const after = await Promise.all(resources.map((resource) => otherLocks.acquire(resource, { ttl: 30_000 })));
+    expect(after.filter((handle) => handle === undefined)).toHaveLength(0);
+    await Promise.all(after.map((handle) => handle!.release()));
   }, 30_000);
 });
