@@ -110,8 +110,8 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
 
 /** A mistake in how the library is set up; the message itself says how to fix it, as it lands in developers' logs. */
 export class IdempotencyConfigurationError extends IdempotencyError {
-  constructor(message: string, hint: string) {
-    super(IdempotencyErrorCode.Configuration, 500, `${message} ${hint}`, hint);
+  constructor(message: string, hint: string, options?: { cause?: unknown }) {
+    super(IdempotencyErrorCode.Configuration, 500, `${message} ${hint}`, hint, options);
   }
 }
 
