@@ -74,16 +74,16 @@ export function configurationErrorOf(error: unknown, table: TableName): Idempote
       `Create it before the application serves requests: run the CreateIdempotencyRecords1700000000000 migration ` +
         `(createIdempotencyRecordsMigration('${nameOf(table)}') for this name), call store.ensureTable() at startup, ` +
         `or register IdempotencyRecordEntity (createIdempotencyRecordEntity('${nameOf(table)}')) in the DataSource's entities with synchronize.`,
+      { cause: error },
     );
   } else if (isMissingColumnError(error)) {
     problem = new IdempotencyConfigurationError(
       `The idempotency records table ${table.quoted} lacks a column the store needs (${messagesOf(error)[0] ?? 'undefined column'}).`,
       `It was not created by this library: drop or rename it and create it with the CreateIdempotencyRecords1700000000000 migration, ` +
         `store.ensureTable() or IdempotencyRecordEntity, or point the store's tableName option at another table.`,
+      { cause: error },
     );
   }
-  // The constructor takes no cause; the driver's error still belongs in logs and reports.
-  if (problem) Object.defineProperty(problem, 'cause', { value: error, writable: true, configurable: true, enumerable: false });
   return problem;
 }
 
