@@ -1,0 +1,75 @@
+import { randomUUID } from 'node:crypto';
+import {
+  IdempotencyEngine,
+  IdempotencyInFlightError,
+  IdempotencyStoreUnavailableError,
+  MemoryIdempotencyStore,
+  storageKeyOf,
+  type ClaimRequest,
+  type ClaimResult,
+  type ExecutionPolicy,
+} from '../../lib/index.js';
+
+/**
+ * The memory store, with the replies of its next claims and releases lost on the way
+ * back: the store applied them, the caller sees a connection error. That is what a
+ * dropped connection does to a command that already reached the server.
+ */
+class LostRepliesStore extends MemoryIdempotencyStore {
+  lostClaimReplies = 0;
+  releasesRefused = 0;
+  override async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const result = await super.claim(key, request);
+    if (this.lostClaimReplies > 0) {
+      this.lostClaimReplies--;
+      throw new Error('connection lost');
+    }
+    return result;
+  }
+  override async release(key: string, token: string): Promise<boolean> {
+    if (this.releasesRefused > 0) {
+      this.releasesRefused--;
+      throw new Error('connection lost');
+    }
+    return super.release(key, token);
+  }
+}
+
+const policy = (store: MemoryIdempotencyStore): ExecutionPolicy => ({
+  store,
+  ttl: 60_000,
+  leaseTtl: 30_000,
+  inFlight: 'reject',
+  waitTimeout: 0,
+  onStoreError: 'fail-closed',
+  maxResponseBytes: 1 << 20,
+});
+
+describe('a claim whose reply was lost', () => {
+  it('is undone at once by its token-checked release, so the retry runs', async () => {
+    const store = new LostRepliesStore();
+    const engine = new IdempotencyEngine();
+    const key = storageKeyOf('lost-claim', randomUUID());
+    let runs = 0;
+    store.lostClaimReplies = 1;
+    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    // Another instance (engine) retries: nothing of the first engine's memory helps it.
+    expect(await new IdempotencyEngine().execute({ key }, policy(store), () => ++runs)).toEqual({ value: 1, replayed: false });
+  });
+
+  it('when its release is lost too, is undone by the next retry in the same process instead of answering 409', async () => {
+    const store = new LostRepliesStore();
+    const engine = new IdempotencyEngine();
+    const key = storageKeyOf('lost-claim', randomUUID());
+    let runs = 0;
+    store.lostClaimReplies = 1;
+    store.releasesRefused = 1;
+    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    expect(await store.get(key)).toMatchObject({ status: 'in_progress' });
+    // Another process knows nothing of that claim: the lease holds for it.
+    await expect(new IdempotencyEngine().execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyInFlightError);
+    expect(await engine.execute({ key }, policy(store), () => ++runs)).toEqual({ value: 1, replayed: false });
+    expect(engine.orphanClaimsPending).toBe(0);
+    expect(runs).toBe(1);
+  });
+});
