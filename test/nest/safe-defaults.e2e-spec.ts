@@ -17,6 +17,9 @@ import {
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
+import { pgConnection } from '../support/postgres.js';
 import {
   Idempotent,
   IdempotencyConfigurationError,
@@ -376,6 +379,45 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
     const app = await createApp('express', [], { store: new SleepyStore(), logger: capture(lines) });
     await app.close();
     expect(lines.filter((l) => l.startsWith('warn') && /SleepyStore did not answer its boot check.*ECONNREFUSED/.test(l))).toHaveLength(1);
+  });
+
+  it('a TypeORM store whose table was never created stops the boot, naming the fix; one dropped later is a 500, not a 503', async () => {
+    const dataSource = new DataSource({ ...pgConnection });
+    await dataSource.initialize();
+    const table = `missing_records_${process.pid}_${Date.now()}`;
+    try {
+      await expect(appWith({}, { store: new TypeOrmIdempotencyStore(dataSource, { tableName: table }) })).rejects.toThrow(
+        new RegExp(`${table}.*does not exist.*CreateIdempotencyRecords1700000000000`),
+      );
+
+      const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
+      await store.ensureTable();
+      const app = await appWith({}, { store });
+      try {
+        await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', 'before-drop').expect(201);
+        await dataSource.query(`DROP TABLE "${table}"`);
+        const r = await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', 'after-drop');
+        expect(r.status).toBe(500);
+        expect(r.body.code).toBe('IDEMPOTENCY_CONFIGURATION_ERROR');
+      } finally {
+        await app.close();
+      }
+    } finally {
+      await dataSource.query(`DROP TABLE IF EXISTS "${table}"`);
+      await dataSource.destroy();
+    }
+  });
+
+  it('a DataSource whose driver the store does not support is refused before the app is built', () => {
+    const cockroach = new DataSource({
+      type: 'cockroachdb',
+      host: '127.0.0.1',
+      port: 1,
+      username: 'x',
+      database: 'x',
+      timeTravelQueries: false,
+    });
+    expect(() => new TypeOrmIdempotencyStore(cockroach)).toThrow(IdempotencyConfigurationError);
   });
 
   it('a controller in a module that cannot reach IdempotencyModule stops the boot', async () => {
