@@ -73,3 +73,25 @@ describe('a claim whose reply was lost', () => {
     expect(runs).toBe(1);
   });
 });
+
+describe('a release whose reply was lost', () => {
+  it('is sent again while the lease lasts, so the client retry after a thrown error runs instead of answering 409', async () => {
+    const store = new LostRepliesStore();
+    const engine = new IdempotencyEngine();
+    const key = storageKeyOf('lost-release', randomUUID());
+    let runs = 0;
+    store.releasesRefused = 1;
+    await expect(
+      engine.execute({ key }, policy(store), () => {
+        runs++;
+        throw new Error('declined');
+      }),
+    ).rejects.toThrow('declined');
+    const deadline = Date.now() + 10_000;
+    while ((await store.get(key)) !== undefined) {
+      if (Date.now() > deadline) throw new Error('the lease was never released');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect(await new IdempotencyEngine().execute({ key }, policy(store), () => ++runs)).toEqual({ value: 2, replayed: false });
+  });
+});
