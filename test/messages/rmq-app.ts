@@ -34,9 +34,12 @@ export class ConsumerEnv {
 
   onEvent = (event: IdempotencyEvent) => this.events.push(event);
 
-  /** Resolves once a duplicate of `messageId` has arrived while the first delivery runs. */
-  async duplicateArrived(handler: string, messageId: string): Promise<void> {
-    const key = storageKeyOf(scopeOf(handler), normalizeIdempotencyKey(messageId));
+  /**
+   * Resolves once a duplicate of `messageId` has arrived while the first delivery runs.
+   * `operation` is the scope of the handler's keys: transport and pattern (`rmq refund.requested`).
+   */
+  async duplicateArrived(operation: string, messageId: string): Promise<void> {
+    const key = storageKeyOf(scopeOf(operation), normalizeIdempotencyKey(messageId));
     await waitFor(`a duplicate of ${messageId} in flight`, () => this.events.some((e) => e.type === 'in_flight_conflict' && e.key === key));
   }
 }

@@ -62,6 +62,7 @@ export class TracingStore extends MemoryIdempotencyStore {
 interface ObservedChannel {
   ack(message: amqp.Message, allUpTo?: boolean): void;
   nack(message: amqp.Message, allUpTo?: boolean, requeue?: boolean): void;
+  reject(message: amqp.Message, requeue?: boolean): void;
 }
 
 /**
@@ -70,8 +71,18 @@ interface ObservedChannel {
  * against the store and that no delivery is settled twice. The calls still go through.
  */
 export class ChannelObserver {
-  /** Successful acks and nacks, in order; an attempt on a closed channel is traced as `<kind>-failed`. */
-  readonly settlements: { kind: 'ack' | 'nack'; channel: number; deliveryTag: number; requeue?: boolean; messageId?: string }[] = [];
+  /**
+   * Successful acks and nacks, in order; an attempt on a closed channel is traced as `<kind>-failed`.
+   * A `basic.reject` counts as a nack (`method: 'reject'`): both settle one delivery negatively.
+   */
+  readonly settlements: {
+    kind: 'ack' | 'nack';
+    method?: 'reject';
+    channel: number;
+    deliveryTag: number;
+    requeue?: boolean;
+    messageId?: string;
+  }[] = [];
   private readonly channels = new WeakMap<object, number>();
   constructor(private readonly trace: Trace) {}
 
@@ -80,9 +91,12 @@ export class ChannelObserver {
     const channelNo = this.channels.set(channel, this.channelCount++) && this.channelCount;
     const ack = channel.ack.bind(channel);
     const nack = channel.nack.bind(channel);
+    const reject = channel.reject.bind(channel);
     channel.ack = (message, allUpTo) => this.record(channelNo, 'ack', message, undefined, () => ack(message, allUpTo));
     channel.nack = (message, allUpTo, requeue) =>
       this.record(channelNo, 'nack', message, requeue ?? true, () => nack(message, allUpTo, requeue));
+    channel.reject = (message, requeue) =>
+      this.record(channelNo, 'nack', message, requeue ?? true, () => reject(message, requeue), 'reject');
   }
 
   count(kind: 'ack' | 'nack', messageId?: string): number {
@@ -91,7 +105,14 @@ export class ChannelObserver {
 
   private channelCount = 0;
 
-  private record(channel: number, kind: 'ack' | 'nack', message: amqp.Message, requeue: boolean | undefined, call: () => void): void {
+  private record(
+    channel: number,
+    kind: 'ack' | 'nack',
+    message: amqp.Message,
+    requeue: boolean | undefined,
+    call: () => void,
+    method?: 'reject',
+  ): void {
     const messageId = message.properties.messageId as string | undefined;
     try {
       call();
@@ -99,7 +120,7 @@ export class ChannelObserver {
       this.trace.push(`${kind}-failed:${messageId ?? '-'}`);
       throw error;
     }
-    this.settlements.push({ kind, channel, deliveryTag: message.fields.deliveryTag, requeue, messageId });
+    this.settlements.push({ kind, ...(method && { method }), channel, deliveryTag: message.fields.deliveryTag, requeue, messageId });
     this.trace.push(`${kind}:${messageId ?? '-'}`);
   }
 }

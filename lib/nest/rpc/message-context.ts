@@ -14,6 +14,7 @@ export interface RmqMessageLike {
 export interface RmqChannelLike {
   ack(message: RmqMessageLike, allUpTo?: boolean): void;
   nack(message: RmqMessageLike, allUpTo?: boolean, requeue?: boolean): void;
+  reject?(message: RmqMessageLike, requeue?: boolean): void;
 }
 
 interface RmqContextLike {

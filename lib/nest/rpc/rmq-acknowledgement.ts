@@ -77,10 +77,16 @@ export function settleDelivery(channel: RmqChannelLike, message: RmqMessageLike,
   return claimDelivery(message) && sendDecision(channel, message, decision);
 }
 
-/** Sends `decision` for a delivery claimed with `claimDelivery`. */
-export function sendDecision(channel: RmqChannelLike, message: RmqMessageLike, decision: AckDecision): boolean {
+/**
+ * Sends `decision` for a delivery claimed with `claimDelivery`. `failed`: the handler
+ * threw, so a requeue is sent as `basic.reject`, which RabbitMQ 4.3+ quorum queues count
+ * as a failed delivery (`basic.nack` no longer counts there, and stays for requeues
+ * that are no failure of the message: a store outage, a duplicate still running).
+ */
+export function sendDecision(channel: RmqChannelLike, message: RmqMessageLike, decision: AckDecision, failed = false): boolean {
   try {
     if (decision === 'ack') channel.ack(message);
+    else if (failed && decision === 'requeue' && typeof channel.reject === 'function') channel.reject(message, true);
     else channel.nack(message, false, decision === 'requeue');
     return true;
   } catch (error) {
@@ -132,7 +138,7 @@ export async function settleFailedDelivery(channel: RmqChannelLike, message: Rmq
   }
   deliveries ??= failure.limit === 1 ? 1 : undefined;
   if (deliveries === undefined || deliveries < failure.limit) {
-    sendDecision(channel, message, 'requeue');
+    sendDecision(channel, message, 'requeue', true);
     return;
   }
   await deadLetter(channel, message, failure, deliveries);
