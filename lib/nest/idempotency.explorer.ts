@@ -7,7 +7,7 @@ import type { IdempotentOptions } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport } from './idempotency.validation.js';
 import { INTERCEPTOR_PROPERTY } from './internal.js';
-import { declaredHttpMethodOf, isMessageHandler } from './operation.js';
+import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
 
 /**
  * Finds every `@Idempotent()` handler when the application initialises and checks its
@@ -63,7 +63,12 @@ export class IdempotencyExplorer implements OnModuleInit {
         const merged = mergeHandlerOptions(this.service.options, options);
         const store = merged.store ?? this.service.store;
         try {
-          validateIdempotentOptions(`@Idempotent() on ${handler}`, merged, { store, transport: transportOf(method), own: options });
+          validateIdempotentOptions(`@Idempotent() on ${handler}`, merged, {
+            store,
+            transport: transportOf(method),
+            messageTransport: declaredTransportOf(method),
+            own: options,
+          });
         } catch (error) {
           throw this.report(handler, error);
         }

@@ -27,6 +27,8 @@ export function validateIdempotentOptions(
     /** The store the handler will use (its own, or the module's). */
     readonly store: IdempotencyStore;
     readonly transport: HandlerTransport;
+    /** For message handlers bound to one transport (`@MessagePattern(p, Transport.NATS)`): its name. */
+    readonly messageTransport?: string;
     /** The options given on the handler itself, before the module's defaults. */
     readonly own: IdempotentOptions;
   },
@@ -109,6 +111,12 @@ export function validateIdempotentOptions(
     fail(
       'ack: true acknowledges broker messages, and this is an HTTP route.',
       'Remove ack from this route; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
+    );
+  }
+  if (context.own.ack === true && context.messageTransport !== undefined && context.messageTransport !== 'RMQ') {
+    fail(
+      `ack: true needs a transport with manual acknowledgement, and this handler is bound to ${context.messageTransport}, which has none here.`,
+      'Remove ack from this handler; ack: true is for RabbitMQ consumers with noAck: false.',
     );
   }
 }

@@ -6,6 +6,9 @@ const PATH_METADATA = 'path';
 const METHOD_METADATA = 'method';
 const VERSION_METADATA = '__version__';
 const PATTERN_METADATA = 'microservices:pattern';
+const TRANSPORT_METADATA = 'microservices:transport';
+/** Nest's Transport enum, by value. */
+const TRANSPORTS = ['TCP', 'REDIS', 'NATS', 'MQTT', 'GRPC', 'RMQ', 'KAFKA'];
 /** Nest's RequestMethod enum, by value, for the metadata fallback. */
 const REQUEST_METHODS = [
   'GET',
@@ -108,6 +111,13 @@ export function declaredHttpMethodOf(handler: Function): string | undefined {
 /** True when the handler is a `@MessagePattern` / `@EventPattern` handler. */
 export function isMessageHandler(handler: Function): boolean {
   return Reflect.getMetadata(PATTERN_METADATA, handler) !== undefined;
+}
+
+/** The transport a message handler is bound to (`@MessagePattern(p, Transport.NATS)`): `'NATS'`, or undefined when it serves every transport. */
+export function declaredTransportOf(handler: Function): string | undefined {
+  const transport = Reflect.getMetadata(TRANSPORT_METADATA, handler) as number | string | symbol | undefined;
+  if (transport === undefined) return undefined;
+  return typeof transport === 'number' ? (TRANSPORTS[transport] ?? String(transport)) : String(transport);
 }
 
 function messageOperationOf(context: ExecutionContext): string {

@@ -15,6 +15,7 @@ import {
   type LoggerService,
 } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { MessagePattern, Transport } from '@nestjs/microservices';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
@@ -356,6 +357,20 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
     const init = appWith(options);
     await expect(init).rejects.toThrow(IdempotencyConfigurationError);
     await expect(init).rejects.toThrow(message);
+  });
+
+  it('ack: true on a message handler bound to a transport without acknowledgements', async () => {
+    @Controller()
+    class EventsController {
+      @MessagePattern('orders.created', Transport.NATS)
+      @Idempotent({ ack: true, key: () => 'k' })
+      created() {
+        return 1;
+      }
+    }
+    await expect(createApp('express', [EventsController])).rejects.toThrow(
+      /EventsController\.created: ack: true needs a transport with manual acknowledgement, and this handler is bound to NATS/,
+    );
   });
 
   it('checks the module options too', async () => {
