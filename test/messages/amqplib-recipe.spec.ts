@@ -8,7 +8,11 @@ import { consumeRefunds, type RefundCommand } from './recipes/amqplib-refund-con
 import { RefundsListener } from './recipes/service-run-consumer.js';
 import { ChannelObserver, Effects, NEST_LOGGER, RABBITMQ_URL, RabbitProbe, uniqueName, waitFor, type Trace } from './support.js';
 
-const RECIPES = ['test/messages/recipes/amqplib-refund-consumer.ts', 'test/messages/recipes/service-run-consumer.ts'];
+const RECIPES = [
+  'test/messages/recipes/rmq-quick-start.ts',
+  'test/messages/recipes/amqplib-refund-consumer.ts',
+  'test/messages/recipes/service-run-consumer.ts',
+];
 
 describe('recipe: a plain amqplib consumer wrapped with makeIdempotent (docs/messages.md)', () => {
   const queue = uniqueName('idem-recipe');
