@@ -27,7 +27,11 @@ export interface CompleteRequest {
  *   one past its retention; otherwise it returns the existing record untouched.
  * - `complete`, `release` and `renew` are compare-and-set on `token`: they change
  *   nothing and return `false` unless the key is `in_progress` under that exact token
- *   (and, for `renew` and `complete`, the lease has not expired yet).
+ *   (and, for `renew` and `complete`, the lease has not expired yet). A `complete`
+ *   repeated under the token that completed the record may answer `true` (never
+ *   changing the stored result); a store doing so reports that token as
+ *   `CompletedRecord.leaseToken`, so a retried write whose first reply was lost is not
+ *   mistaken for a lost lease.
  *
  * Keys handed to a store are already hashed and scoped by the core; they contain only
  * `[A-Za-z0-9_-]`, so a store may embed them in its own key format safely.

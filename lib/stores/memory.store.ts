@@ -70,15 +70,21 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
-    const lease = this.ownedLease(key, token, Date.now());
-    if (!lease) return false;
+    const now = Date.now();
+    const lease = this.ownedLease(key, token, now);
+    if (!lease) {
+      // A retried complete whose first attempt did land: the same owner, already done.
+      const done = this.completed.get(key);
+      return done !== undefined && done.leaseToken === token && done.expiresAt > now;
+    }
     this.leases.delete(key);
     this.completed.set(key, {
       status: 'completed',
       key,
       result: request.result,
-      expiresAt: Date.now() + request.ttl,
+      expiresAt: now + request.ttl,
       fingerprint: lease.fingerprint,
+      leaseToken: token,
     });
     return true;
   }
