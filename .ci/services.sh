@@ -55,6 +55,8 @@ psql -h 127.0.0.1 -U postgres -d test -tAc "SELECT 1" >/dev/null || fail postgre
 # RabbitMQ, 5672: guest/guest, vhost /.
 if ! port_open 5672; then start rabbitmq rabbitmq-server -detached; fi
 wait_for rabbitmq "(exec 3<>/dev/tcp/127.0.0.1/5672)" 120
+# The sample app's e2e test counts unacknowledged messages with it (AMQP reports only ready ones).
+rabbitmqctl list_queues --quiet --no-table-headers name >/dev/null 2>&1 || fail rabbitmq "'rabbitmqctl list_queues' does not work here (the sample app e2e test needs it)"
 
 # NATS with JetStream, 4222.
 if ! port_open 4222; then
