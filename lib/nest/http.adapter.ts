@@ -4,7 +4,6 @@ import {
   IdempotencyConfigurationError,
   IdempotencyInFlightError,
   IdempotencyKeyInvalidError,
-  normalizeIdempotencyKey,
   parseIdempotencyKeyHeader,
   IdempotencyNotReplayableError,
   decodeValue,
@@ -15,6 +14,7 @@ import {
   type StoredOutcome,
 } from '../core/index.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
+import { identityOf } from './principal.js';
 import { PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
@@ -72,7 +72,7 @@ export class HttpTransportAdapter implements TransportAdapter {
       if (value === undefined) continue;
       const parsed = parseIdempotencyKeyHeader(value);
       // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
-      if (key !== undefined && normalizeIdempotencyKey(key) !== normalizeIdempotencyKey(parsed)) {
+      if (key !== undefined && key !== parsed) {
         throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
       }
       key = parsed;
@@ -201,30 +201,6 @@ function responseOf(context: ExecutionContext): HttpResponseLike {
   return typeof context.getArgByIndex === 'function'
     ? context.getArgByIndex<HttpResponseLike>(1)
     : context.switchToHttp().getResponse<HttpResponseLike>();
-}
-
-/** A usable identity: a non-empty string, a finite number, a bigint, or an id object (ObjectId and the like). */
-function identityOf(value: unknown): string | number | undefined {
-  switch (typeof value) {
-    case 'string':
-      return value.length > 0 ? value : undefined;
-    case 'number':
-      return Number.isFinite(value) ? value : undefined;
-    case 'bigint':
-      return value.toString();
-    case 'object': {
-      if (value === null) return undefined;
-      const id = value as { toHexString?: unknown; toString?: unknown };
-      if (typeof id.toHexString === 'function') return identityOf((id.toHexString as () => unknown).call(value));
-      // Only a toString of its own (or its class's): Object.prototype's gives "[object Object]" for everyone.
-      if (typeof id.toString === 'function' && id.toString !== Object.prototype.toString && !Array.isArray(value)) {
-        return identityOf((id.toString as () => unknown).call(value));
-      }
-      return undefined;
-    }
-    default:
-      return undefined;
-  }
 }
 
 function isFastifyReply(response: HttpResponseLike): boolean {

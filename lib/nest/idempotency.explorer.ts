@@ -46,6 +46,16 @@ export class IdempotencyExplorer implements OnModuleInit {
         const options = Reflect.getMetadata(IDEMPOTENT_METADATA, method) as IdempotentOptions | undefined;
         if (!options) continue;
         const handler = `${instance.constructor.name}.${name}`;
+        if (transportOf(method) === 'unknown') {
+          throw this.report(
+            handler,
+            new IdempotencyConfigurationError(
+              `@Idempotent() on ${handler}: it is neither an HTTP route (@Post(), @Put(), ...) nor a message handler (@MessagePattern(), @EventPattern()), ` +
+                'the only handlers it protects today; on a WebSocket gateway, a GraphQL resolver or a service method every duplicate would run.',
+              'Remove @Idempotent() there, and make the work idempotent with IdempotencyService.run(key, fn) or makeIdempotent() inside the method.',
+            ),
+          );
+        }
         // Request-scoped and transient classes get their properties per request: only static ones can be checked here.
         const isStatic = wrapper.isDependencyTreeStatic();
         const interceptor = instance[INTERCEPTOR_PROPERTY] as IdempotencyInterceptor | undefined;

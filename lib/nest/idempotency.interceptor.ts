@@ -23,6 +23,7 @@ import { IdempotencyService, scopeOf } from './idempotency.service.js';
 import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import { RpcTransportAdapter } from './rpc.adapter.js';
 import { operationOf } from './operation.js';
+import { principalOf } from './principal.js';
 import { mergeHandlerOptions, validateIdempotentOptions } from './idempotency.validation.js';
 import { missingModuleError, refuseUnconfigured, refuseWithoutModule } from './unconfigured.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
@@ -227,7 +228,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const clientKey = normalizeIdempotencyKey(raw);
     let principal = this.resolvePrincipal(context, config, adapter);
     if (isThenable(principal)) principal = await principal;
-    const key = storageKeyOf(scopeOf(this.resolveOperation(context, config), principal), clientKey);
+    const key = storageKeyOf(scopeOf(this.resolveOperation(context, config), principalOf(principal, config.handlerName)), clientKey);
     if (config.options.fingerprint === false) return { key };
     let material = this.fingerprintMaterial(context, config, adapter);
     if (isThenable(material)) material = await material;

@@ -1,5 +1,5 @@
 import type { LoggerService } from '@nestjs/common';
-import type { IdempotencyError, IdempotencyEventListener } from '../core/index.js';
+import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyError, type IdempotencyEventListener } from '../core/index.js';
 import { formatIdempotencyEvent } from '../observability/logger.js';
 
 /** One line per cause per this many ms: an outage must not flood the log. */
@@ -21,6 +21,9 @@ export class IdempotencyLog {
   readonly listener: IdempotencyEventListener = (event) => {
     switch (event.type) {
       case 'store_error':
+        // A store that reports a configuration error (a missing table) is not an outage:
+        // the request path logs it as a configuration error.
+        if (isIdempotencyError(event.error) && event.error.code === IdempotencyErrorCode.Configuration) return;
         return this.warn(
           `store_error:${event.failOpen ? 'open' : 'closed'}:${causeOf(event.error)}`,
           event.failOpen

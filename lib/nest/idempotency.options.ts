@@ -44,15 +44,19 @@ export interface IdempotentOptions {
    */
   key?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
   /**
-   * The principal or tenant part of the scope. Keys are always scoped per handler;
-   * this adds who is asking, so one user's key never replays another's response.
-   * @default `request.user.id` or `request.user.sub` when present
+   * The principal or tenant part of the scope. Keys are always scoped per operation
+   * (`POST /v1/refunds/:id`, `rmq refund.create`); this adds who is asking, so one
+   * user's key never replays another's response. Return a string or number (an id
+   * object with `toHexString()` works too); `undefined` means anonymous; anything else
+   * refuses the request with `IDEMPOTENCY_CONFIGURATION_ERROR`. Read it from what your
+   * authentication set, never from a header the client chooses.
+   * @default `request.user.id`, `.sub`, `.userId` or `._id`; a `request.user` without one is refused
    */
   scope?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
   /**
    * What must match for a key to be reused: a function returning the material to
    * hash, or false to turn the check off. Same key + different fingerprint is 422.
-   * @default HTTP: method, route params and body; microservices: the payload
+   * @default HTTP: method, route params, query string and body; microservices: the payload
    */
   fingerprint?: false | ((context: ExecutionContext) => unknown);
   /**

@@ -13,6 +13,8 @@ export type HandlerTransport = 'http' | 'message' | 'unknown';
 const DURATIONS = ['ttl', 'leaseTtl', 'waitTimeout'] as const;
 const STORE_METHODS = ['claim', 'complete', 'release', 'renew', 'get', 'delete'] as const;
 const FUNCTION_OPTIONS = ['key', 'scope', 'cacheErrors'] as const;
+const BOOLEAN_OPTIONS = ['required', 'transactional', 'ack'] as const;
+const DURATION_EXAMPLES = { ttl: '24 * 60 * 60 * 1000', leaseTtl: '30_000', waitTimeout: '10_000' } as const;
 
 /**
  * Checks one handler's options (already merged over the module's) and throws an
@@ -40,8 +42,8 @@ export function validateIdempotentOptions(
     const value = options[name];
     if (value !== undefined && !isPositiveInteger(value)) {
       fail(
-        `${name} must be a positive whole number of milliseconds, got ${String(value)}.`,
-        `Give ${name} in ms, e.g. ttl: 24 * 60 * 60 * 1000.`,
+        `${name} must be a positive whole number of milliseconds, got ${shown(value)}.`,
+        `Give ${name} in ms as a number, e.g. ${name}: ${DURATION_EXAMPLES[name]}.`,
       );
     }
   }
@@ -49,9 +51,14 @@ export function validateIdempotentOptions(
     const value = options[name];
     if (value !== undefined && !isPositiveInteger(value))
       fail(
-        `${name} must be a positive whole number, got ${String(value)}.`,
+        `${name} must be a positive whole number, got ${shown(value)}.`,
         `Give ${name} as an integer above 0, or leave it out for the default.`,
       );
+  }
+  for (const name of BOOLEAN_OPTIONS) {
+    const value = options[name];
+    if (value !== undefined && typeof value !== 'boolean')
+      fail(`${name} must be true or false, got ${shown(value)}.`, `Write ${name}: true or ${name}: false.`);
   }
   const ttl = options.ttl ?? DEFAULT_TTL;
   const leaseTtl = options.leaseTtl ?? DEFAULT_LEASE_TTL;
@@ -119,6 +126,11 @@ export function validateIdempotentOptions(
       'Remove ack from this handler; ack: true is for RabbitMQ consumers with noAck: false.',
     );
   }
+}
+
+/** A value as the user wrote it: `"1000"` (a string) must not read as `1000`. */
+function shown(value: unknown): string {
+  return typeof value === 'string' ? `${JSON.stringify(value)} (a string)` : String(value);
 }
 
 function isPositiveInteger(value: unknown): boolean {

@@ -68,11 +68,15 @@ function httpOperationOf(context: ExecutionContext): string {
   return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}`;
 }
 
-/** URI versioning puts the version in the template (`/v2/refunds`); header and media-type versioning do not. */
+/**
+ * URI versioning puts the version in the template as a segment of its own (`/v2/refunds`,
+ * or `/2/refunds` without a prefix); header and media-type versioning do not, and then
+ * the version is added to the operation so that two versions of one path never share keys.
+ */
 function versionInPath(template: string, version: string | symbol | Array<string | symbol>): boolean {
   const versions = (Array.isArray(version) ? version : [version]).filter((v): v is string => typeof v === 'string');
   const segments = template.split('/');
-  return versions.length > 0 && versions.every((v) => segments.some((segment) => segment.endsWith(v)));
+  return versions.length > 0 && versions.every((v) => segments.some((segment) => segment === v || segment === `v${v}`));
 }
 
 function routeTemplateOf(request: RoutedRequest | undefined): string | undefined {

@@ -32,12 +32,20 @@ const TITLES: Record<string, string> = {
   IDEMPOTENCY_ILLEGAL_TRANSITION: 'Illegal state transition',
 };
 
+/**
+ * What a client may read of an error. A store error's message carries its cause (host
+ * names, ports, driver messages): that belongs in the server log, not in a response.
+ */
+function publicDetailOf(error: IdempotencyError): string {
+  return error.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' ? 'The idempotency store is unavailable.' : error.message;
+}
+
 export function problemOf(error: IdempotencyError): IdempotencyProblem {
   return {
     type: `urn:nestjs-idempotency:error:${error.code}`,
     title: TITLES[error.code] ?? error.name,
     status: error.status,
-    detail: error.message,
+    detail: publicDetailOf(error),
     code: error.code,
     hint: error.hint,
   };

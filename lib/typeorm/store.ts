@@ -147,6 +147,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * Starts the purge job once it passes.
    */
   async verify(): Promise<void> {
+    if (!this.dataSource.isInitialized) {
+      // Every statement would fail with "Driver not Connected" until someone initialises
+      // it, and requests would read that as an outage (503) worth retrying.
+      throw new IdempotencyConfigurationError(
+        'The DataSource of TypeOrmIdempotencyStore is not initialised when the application starts.',
+        'Call await dataSource.initialize() before app.init() / app.listen(), or build the store in IdempotencyModule.forRootAsync() ' +
+          'from a DataSource that is already initialised (TypeOrmModule provides one).',
+      );
+    }
     const sql = this.sql;
     try {
       await withRunner(this.dataSource, sql.dialect, (runner) =>

@@ -33,27 +33,15 @@ describe('canonicalJson', () => {
 });
 
 describe('normalizeIdempotencyKey', () => {
-  it('accepts bare and structured-field string keys as the same key', () => {
+  it('takes keys from code, bodies and message ids as they are, quotes included', () => {
     expect(normalizeIdempotencyKey('abc-123')).toBe('abc-123');
-    expect(normalizeIdempotencyKey('"abc-123"')).toBe('abc-123');
-    expect(normalizeIdempotencyKey('"a\\"b"')).toBe('a"b');
+    expect(normalizeIdempotencyKey('"abc-123"')).toBe('"abc-123"');
+    expect(normalizeIdempotencyKey('"e1')).toBe('"e1');
+    expect(normalizeIdempotencyKey('e,1')).toBe('e,1');
     expect(normalizeIdempotencyKey(42)).toBe('42');
   });
 
-  it.each([
-    [''],
-    ['   '],
-    ['x'.repeat(256)],
-    ['a\nb'],
-    ['a\u0000'],
-    ['a\u007f'],
-    ['"unterminated\\"'],
-    ['"q1'],
-    ['q1"'],
-    ['"'],
-    [{}],
-    [null],
-  ])('rejects %j', (raw) => {
+  it.each([[''], ['   '], ['x'.repeat(256)], ['a\nb'], ['a\u0000'], ['a\u007f'], [{}], [null]])('rejects %j', (raw) => {
     expect(() => normalizeIdempotencyKey(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
   });
 
@@ -63,14 +51,19 @@ describe('normalizeIdempotencyKey', () => {
 });
 
 describe('parseIdempotencyKeyHeader', () => {
-  it('reads one bare or quoted value', () => {
+  it('reads one bare or structured-field string value: both name the same key', () => {
     expect(parseIdempotencyKeyHeader('abc')).toBe('abc');
-    expect(normalizeIdempotencyKey(parseIdempotencyKeyHeader('"a,b"'))).toBe('a,b');
+    expect(parseIdempotencyKeyHeader('"abc"')).toBe('abc');
+    expect(parseIdempotencyKeyHeader('"a,b"')).toBe('a,b');
+    expect(parseIdempotencyKeyHeader('"a\\"b"')).toBe('a"b');
   });
 
-  it.each([['a, b'], ['a,b'], ['"a", "b"'], ['"a",b'], [['a', 'b']], ['"q1'], ['ab"c']])('refuses %j with 400', (raw) => {
-    expect(() => parseIdempotencyKeyHeader(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
-  });
+  it.each([['a, b'], ['a,b'], ['"a", "b"'], ['"a",b'], [['a', 'b']], ['"q1'], ['ab"c'], ['"q1"x'], ['"unterminated\\"'], ['q1"'], ['"']])(
+    'refuses %j with 400',
+    (raw) => {
+      expect(() => parseIdempotencyKeyHeader(raw)).toThrow(expect.objectContaining({ code: 'IDEMPOTENCY_KEY_INVALID', status: 400 }));
+    },
+  );
 });
 
 describe('storageKeyOf', () => {

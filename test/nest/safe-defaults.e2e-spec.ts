@@ -8,6 +8,7 @@ import {
   Module,
   Post,
   Query,
+  Version,
   VersioningType,
   type CanActivate,
   type ExecutionContext,
@@ -68,6 +69,8 @@ class AuthGuard implements CanActivate {
     if (kind === 'jwt') req.user = { userId: id, username: id };
     else if (kind === 'oid') req.user = { _id: new HexId(id), email: `${id}@example.com` };
     else if (kind === 'text') req.user = { _id: new TextId(id) };
+    else if (kind === 'bytes') req.user = { id: Buffer.from(id, 'hex') };
+    else if (kind === 'tenant') req.user = { id: 'someone', tenant: { name: id } };
     else req.user = { username: 'somebody', roles: ['admin'] };
     return true;
   }
@@ -101,6 +104,19 @@ function buildControllers(effects: Effects, gate: { wait?: Promise<void> }) {
     @Idempotent()
     me(@Body() body: { amount: number }, @Query('who') _who?: string) {
       return { n: effects.hit('me'), amount: body.amount };
+    }
+
+    @Post('tenant')
+    // A mistake that type-checks (getRequest() is `any`): the tenant object, not its id.
+    @Idempotent({ scope: (ctx) => ctx.switchToHttp().getRequest().user?.tenant })
+    tenant(@Body() body: { amount: number }) {
+      return { n: effects.hit('tenant'), amount: body.amount };
+    }
+
+    @Post('webhook')
+    @Idempotent({ key: (ctx) => ctx.switchToHttp().getRequest().body?.eventId })
+    webhook(@Body() body: { eventId: string }) {
+      return { n: effects.hit('webhook'), eventId: body.eventId };
     }
   }
   return [
@@ -204,6 +220,8 @@ describe.each(platforms)('safe defaults on %s', (platform) => {
     ['a passport-jwt user ({ userId })', 'jwt:alice', 'jwt:bob'],
     ['a MongoDB user ({ _id: ObjectId })', 'oid:64b7f0c2a1', 'oid:64b7f0c2b2'],
     ['an id object with its own toString', 'text:u-1', 'text:u-2'],
+    // Bytes invalid in UTF-8 would decode to the same U+FFFD text: ids are compared as bytes.
+    ['a Buffer id (BINARY(16) UUID)', 'bytes:8f1c2a7e00000000000000000000005a', 'bytes:9e1c2a7e00000000000000000000005a'],
   ])('%s never receives another user’s response', async (_label, alice, bob) => {
     const key = newKey('principal');
     const before = effects.count('me');
@@ -230,6 +248,36 @@ describe.each(platforms)('safe defaults on %s', (platform) => {
     expect(r.body.hint).toMatch(/scope: \(ctx\) =>/);
     expect(r.headers['idempotent-replayed']).toBeUndefined();
     expect(effects.count('me') - before).toBe(1);
+  });
+
+  it('refuses a scope option that returns an object instead of an id', async () => {
+    const before = effects.count('tenant');
+    const r = await request(server())
+      .post('/api/pay/tenant')
+      .set('x-auth', 'tenant:t1')
+      .set('Idempotency-Key', newKey('tenant'))
+      .send({ amount: 1 });
+    expect(r.status).toBe(500);
+    expect(r.body.code).toBe('IDEMPOTENCY_CONFIGURATION_ERROR');
+    expect(r.body.detail).toMatch(/scope option returned an object without an id/);
+    expect(effects.count('tenant')).toBe(before);
+  });
+
+  it('takes keys from the body as they are: quotes and commas are part of them, not header syntax', async () => {
+    const id = newKey('evt');
+    const quoted = await request(server())
+      .post('/api/pay/webhook')
+      .send({ eventId: `"${id}` });
+    const plain = await request(server()).post('/api/pay/webhook').send({ eventId: id });
+    const comma = await request(server())
+      .post('/api/pay/webhook')
+      .send({ eventId: `${id},1` });
+    expect([quoted.status, plain.status, comma.status]).toEqual([201, 201, 201]);
+    expect(new Set([quoted.body.n, plain.body.n, comma.body.n]).size).toBe(3);
+    const again = await request(server())
+      .post('/api/pay/webhook')
+      .send({ eventId: `"${id}` });
+    expect(again.headers['idempotent-replayed']).toBe('true');
   });
 
   it('the query string is part of the fingerprint', async () => {
@@ -423,6 +471,13 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
     }
   });
 
+  it('a DataSource that is not initialised when the app starts stops the boot', async () => {
+    const dataSource = new DataSource({ ...pgConnection });
+    await expect(appWith({}, { store: new TypeOrmIdempotencyStore(dataSource) })).rejects.toThrow(
+      /DataSource of TypeOrmIdempotencyStore is not initialised/,
+    );
+  });
+
   it('a DataSource whose driver the store does not support is refused before the app is built', () => {
     const cockroach = new DataSource({
       type: 'cockroachdb',
@@ -433,6 +488,61 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
       timeTravelQueries: false,
     });
     expect(() => new TypeOrmIdempotencyStore(cockroach)).toThrow(IdempotencyConfigurationError);
+  });
+
+  it('a method that is neither a route nor a message handler (a service method) stops the boot instead of running every duplicate', async () => {
+    @Injectable()
+    class BillingService {
+      @Idempotent()
+      charge() {
+        return 1;
+      }
+    }
+    @Module({ imports: [IdempotencyModule.forRoot()], providers: [BillingService] })
+    class AppModule {}
+    const app = await NestFactory.create(AppModule, { logger: false });
+    try {
+      await expect(app.init()).rejects.toThrow(
+        /BillingService\.charge: it is neither an HTTP route .* nor a message handler.*IdempotencyService\.run/,
+      );
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('header versioning keeps two versions of one path apart, even when a path segment looks like a version', async () => {
+    const effects = new Effects();
+    @Controller('r1/r2')
+    class VersionedController {
+      @Post()
+      @Version('1')
+      @Idempotent()
+      v1() {
+        return { v: 1, n: effects.hit('v1') };
+      }
+
+      @Post()
+      @Version('2')
+      @Idempotent()
+      v2() {
+        return { v: 2, n: effects.hit('v2') };
+      }
+    }
+    for (const platform of platforms) {
+      const app = await createApp(platform, [VersionedController], {}, false, (a) =>
+        a.enableVersioning({ type: VersioningType.HEADER, header: 'x-api-version' }),
+      );
+      try {
+        const key = newKey('header-version');
+        const one = await request(app.getHttpServer()).post('/r1/r2').set('x-api-version', '1').set('Idempotency-Key', key);
+        const two = await request(app.getHttpServer()).post('/r1/r2').set('x-api-version', '2').set('Idempotency-Key', key);
+        expect(one.body.v).toBe(1);
+        expect(two.body.v).toBe(2);
+        expect(two.headers['idempotent-replayed']).toBeUndefined();
+      } finally {
+        await app.close();
+      }
+    }
   });
 
   it('a controller in a module that cannot reach IdempotencyModule stops the boot', async () => {
@@ -482,6 +592,8 @@ describe('nothing silent: the default log and the memory store’s evictions', (
       for (let i = 0; i < 3; i++) {
         const r = await request(a.getHttpServer()).post('/jobs').set('Idempotency-Key', `secret-key-${i}`);
         expect(r.status).toBe(503);
+        // The cause (hosts, ports, driver messages) is for the server log, not for clients.
+        expect(r.body.detail).toBe('The idempotency store is unavailable.');
       }
     } finally {
       await a.close();

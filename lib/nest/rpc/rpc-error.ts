@@ -31,7 +31,8 @@ export function isIdempotencyRpcError(value: unknown): value is IdempotencyRpcEr
 }
 
 export function rpcErrorBodyOf(error: IdempotencyError): IdempotencyRpcError {
-  const body: IdempotencyRpcError = { ...problemOf(error), message: error.message };
+  const problem = problemOf(error);
+  const body: IdempotencyRpcError = { ...problem, message: problem.detail };
   return error instanceof IdempotencyInFlightError || (error as IdempotencyInFlightError).retryAfterMs
     ? { ...body, retryAfterMs: (error as IdempotencyInFlightError).retryAfterMs }
     : body;
