@@ -109,7 +109,7 @@ function check(condition, message) {
 try {
   step('build and pack a copy of the sources');
   mkdirSync(join(stage, 'scripts'), { recursive: true });
-  for (const entry of ['package.json', 'README.md', 'LICENSE', 'docs', 'lib', 'tsconfig.json', 'tsconfig.build.json']) {
+  for (const entry of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'docs', 'lib', 'tsconfig.json', 'tsconfig.build.json']) {
     if (existsSync(join(root, entry))) cpSync(join(root, entry), join(stage, entry), { recursive: true });
   }
   cpSync(join(root, 'scripts', 'build.mjs'), join(stage, 'scripts', 'build.mjs'));
