@@ -183,6 +183,49 @@ describe('RabbitMQ poison messages: maxDeliveries and the dead-letter queue of t
     expect(dead.properties.headers).not.toHaveProperty('x-delivery-count');
   });
 
+  it('a dead-letter exchange with no queue bound: says so in an error log, and rejects the message instead of looping', async () => {
+    const queue = uniqueName('idem-poison-unbound');
+    queues.push(queue);
+    exchanges.push(`${queue}.dead-letter`);
+    // The exchange of the quick start, without declareDeadLetterQueue's queue: what the issue met.
+    await probe.channel.assertExchange(`${queue}.dead-letter`, 'fanout', { durable: true });
+    const refunds = new FailingRefunds();
+    const logger = new CapturingLogger();
+    const { app, watch } = await startQuickStart(refundsTransport(RABBITMQ_URL, queue), refunds, logger);
+    apps.push(app);
+
+    const refundId = uniqueName('refund');
+    probe.channel.sendToQueue(queue, Buffer.from(JSON.stringify(refundRequested(refundId))), { messageId: refundId });
+    await waitFor('the delivery rejected', () => watch.observer.settlements.some((s) => s.messageId === refundId && s.requeue === false));
+
+    expect(refunds.attempts.count(refundId)).toBe(5);
+    expect(logger.lines.filter((line) => line.includes(`'${queue}.dead-letter'`) && line.includes('to no queue'))).toHaveLength(1);
+    expect(watch.closes).toEqual([]);
+  });
+
+  it('a dead-letter exchange that does not exist: one error log, the message rejected, and the consumer channel kept', async () => {
+    const queue = uniqueName('idem-poison-noexchange');
+    queues.push(queue);
+    const refunds = new FailingRefunds();
+    const logger = new CapturingLogger();
+    const { app, watch } = await startQuickStart(refundsTransport(RABBITMQ_URL, queue), refunds, logger);
+    apps.push(app);
+
+    const refundId = uniqueName('refund');
+    probe.channel.sendToQueue(queue, Buffer.from(JSON.stringify(refundRequested(refundId))), { messageId: refundId });
+    await waitFor('the delivery rejected', () => watch.observer.settlements.some((s) => s.messageId === refundId && s.requeue === false));
+
+    expect(refunds.attempts.count(refundId)).toBe(5);
+    expect(logger.lines.filter((line) => line.includes(`exchange '${queue}.dead-letter' does not exist`))).toHaveLength(1);
+    // Publishing to a missing exchange would have closed the channel, and Nest does not reopen it: the consumer would be dead.
+    expect(watch.closes).toEqual([]);
+    const next = uniqueName('refund');
+    probe.channel.sendToQueue(queue, Buffer.from(JSON.stringify(refundRequested(next))), { messageId: next });
+    await waitFor('the next message rejected too', () =>
+      watch.observer.settlements.some((s) => s.messageId === next && s.requeue === false),
+    );
+  });
+
   it('auto-ack consumer (noAck: true): refuses with IDEMPOTENCY_CONFIGURATION_ERROR naming noAck: false, logged once, without acking or losing the channel', async () => {
     const queue = uniqueName('idem-poison-autoack');
     track(queue);

@@ -150,7 +150,13 @@ async function deadLetter(channel: RmqChannelLike, message: RmqMessageLike, fail
   const what = `${failure.handler}: RabbitMQ message ${describeMessage(message)} failed ${deliveries} deliveries (maxDeliveries ${failure.limit}; last error: ${errorMessage(failure.error)})`;
   const exchange = consumer?.deadLetterExchange;
   const publishing = channel as unknown as Partial<RmqPublishingChannel>;
-  if (exchange !== undefined && !failedDeadLetterExchanges.has(exchange) && typeof publishing.publish === 'function') {
+  const exists = exchange === undefined || failedDeadLetterExchanges.has(exchange) ? undefined : await consumer?.exchangeExists(exchange);
+  if (exchange !== undefined && exists === false) {
+    logger.error(
+      `${what}. Its dead-letter exchange '${exchange}' does not exist, so the message is rejected and RabbitMQ drops it: ` +
+        'declare the exchange and a queue bound to it (docs/messages.md).',
+    );
+  } else if (exchange !== undefined && exists === true && typeof publishing.publish === 'function') {
     const route = { exchange, routingKey: consumer?.deadLetterRoutingKey ?? message.fields?.routingKey ?? '' };
     let outcome: 'published' | 'unroutable';
     try {
@@ -162,8 +168,9 @@ async function deadLetter(channel: RmqChannelLike, message: RmqMessageLike, fail
     } catch (error) {
       failedDeadLetterExchanges.add(exchange);
       logger.error(
-        `${what}. Publishing it to the dead-letter exchange '${exchange}' failed: ${errorMessage(error)}. The broker requeues it; ` +
-          'until a restart, messages past maxDeliveries are rejected for the broker to dead-letter, without the error header. Declare the exchange (docs/messages.md).',
+        `${what}. Publishing it to the dead-letter exchange '${exchange}' failed: ${errorMessage(error)}. The channel closed, so the broker requeues it ` +
+          '(Nest opens a new channel when the connection reconnects); until a restart, messages past maxDeliveries are rejected for the broker to dead-letter, ' +
+          'without the error header. Declare the exchange (docs/messages.md).',
       );
       return;
     }
@@ -176,7 +183,11 @@ async function deadLetter(channel: RmqChannelLike, message: RmqMessageLike, fail
       `${what}. The dead-letter exchange '${exchange}' routes routing key '${route.routingKey}' to no queue, so the message is lost: ` +
         'declare the dead-letter queue and bind it (docs/messages.md).',
     );
-  } else if (exchange === undefined) {
+  } else if (exchange !== undefined) {
+    logger.warn(
+      `${what}: rejected without requeue for the broker to dead-letter to '${exchange}', without the error header (the exchange could not be checked).`,
+    );
+  } else {
     logger.warn(
       `${what}: rejected without requeue. Its queueOptions declare no dead-letter exchange, so the broker keeps it only if a policy gives the queue one, and without the error header.`,
     );

@@ -12,9 +12,26 @@ export interface RmqConsumerSettings {
   /** The dead-letter exchange declared in `queueOptions` (`''` is the default exchange). */
   readonly deadLetterExchange?: string;
   readonly deadLetterRoutingKey?: string;
+  /**
+   * Whether an exchange exists, asked on a channel of its own: publishing to a missing
+   * one would make the broker close the consumer's channel, which Nest does not reopen.
+   * `undefined` when no channel can be opened.
+   */
+  exchangeExists(exchange: string): Promise<boolean | undefined>;
+}
+
+/** amqplib's channel model, as `amqp-connection-manager` exposes it (`connection`). */
+interface AmqpConnectionLike {
+  createChannel(): Promise<{
+    checkExchange(exchange: string): Promise<unknown>;
+    close(): Promise<void>;
+    on(event: 'error', listener: (error: unknown) => void): unknown;
+  }>;
 }
 
 interface ServerRmqLike {
+  /** Nest's `amqp-connection-manager` client. */
+  readonly server?: { readonly connection?: AmqpConnectionLike } | null;
   readonly noAck?: unknown;
   readonly queue?: unknown;
   readonly queueOptions?: {
@@ -78,13 +95,41 @@ function wrap(prototype: Record<string | symbol, unknown> | undefined): void {
 function settingsOf(server: ServerRmqLike): RmqConsumerSettings {
   const queueOptions = server.queueOptions ?? {};
   const args = queueOptions.arguments ?? {};
+  const known = new Map<string, Promise<boolean | undefined>>();
   // amqplib lets the named options override `arguments`, as here.
   return {
     noAck: server.noAck === true,
     queue: textOf(server.queue),
     deadLetterExchange: textOf(queueOptions.deadLetterExchange ?? args['x-dead-letter-exchange']),
     deadLetterRoutingKey: textOf(queueOptions.deadLetterRoutingKey ?? args['x-dead-letter-routing-key']),
+    exchangeExists(exchange: string): Promise<boolean | undefined> {
+      // The default exchange always exists; others are asked once per channel (a reconnect asks again).
+      if (exchange === '') return Promise.resolve(true);
+      let answer = known.get(exchange);
+      if (!answer) known.set(exchange, (answer = checkExchange(server, exchange)));
+      return answer;
+    },
   };
+}
+
+async function checkExchange(server: ServerRmqLike, exchange: string): Promise<boolean | undefined> {
+  const connection = server.server?.connection;
+  if (typeof connection?.createChannel !== 'function') return undefined;
+  let channel;
+  try {
+    channel = await connection.createChannel();
+  } catch {
+    return undefined;
+  }
+  // A missing exchange closes this channel with an error event: expected here, not a crash.
+  channel.on('error', () => undefined);
+  try {
+    await channel.checkExchange(exchange);
+  } catch {
+    return false;
+  }
+  await channel.close().catch(() => undefined);
+  return true;
 }
 
 function textOf(value: unknown): string | undefined {
