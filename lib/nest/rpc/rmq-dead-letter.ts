@@ -120,7 +120,7 @@ export interface DeadLetterFacts {
  * `mandatory` makes the broker return a copy no queue takes, rather than drop it.
  *
  * Resolves `'published'`, or `'unroutable'` when no queue is bound to the route; rejects
- * when the channel fails (an exchange that does not exist closes it).
+ * when the channel fails (an exchange that does not exist closes it: check it first).
  */
 export function publishDeadLetter(
   channel: RmqPublishingChannel,
@@ -128,6 +128,8 @@ export function publishDeadLetter(
   route: DeadLetterRoute,
   facts: DeadLetterFacts,
 ): Promise<'published' | 'unroutable'> {
+  // An expiration would drop the copy from the dead-letter queue, and the broker refuses
+  // a user id that is not the connection's own.
   const {
     headers: original,
     expiration: _expiration,
@@ -135,8 +137,7 @@ export function publishDeadLetter(
     ...properties
   } = (message.properties ?? {}) as Record<string, unknown>;
   // The broker's count belongs to the queue the message left: a message moved back carrying
-  // it would be counted as delivered already. An expiration would drop the copy from the
-  // dead-letter queue, and a user id the broker would refuse unless it is ours.
+  // it would be counted as delivered already.
   const { [BROKER_DELIVERY_COUNT]: _count, ...headers } = (original ?? {}) as Record<string, unknown>;
   headers[DEAD_LETTER_HEADERS.error] = errorText(facts.error);
   headers[DEAD_LETTER_HEADERS.deliveries] = facts.deliveries;
