@@ -250,6 +250,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let request: ExecutionRequest | undefined;
     try {
       try {
+        if (adapter.admit) await adapter.admit(context, config);
         request = await this.prepare(context, config, adapter);
       } catch (error) {
         // A throwing key, scope or fingerprint function still settles the message.

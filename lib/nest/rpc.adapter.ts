@@ -61,13 +61,15 @@ export class RpcTransportAdapter implements TransportAdapter {
     void watchRmqConsumers();
   }
 
+  /** Refuses before anything runs (a `key` option included): in auto-ack mode any ack would close the channel. */
+  admit(context: ExecutionContext, config: ResolvedHandlerConfig): void | Promise<void> {
+    if (config.options.ack !== true) return;
+    if (!isWatchingRmqConsumers()) return watchRmqConsumers().then(() => this.admit(context, config));
+    const refusal = ackRefusalOf(context, config);
+    if (refusal) throw refusal;
+  }
+
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
-    if (config.options.ack === true) {
-      // Refused before the handler runs: in auto-ack mode any ack would close the channel.
-      if (!isWatchingRmqConsumers()) return watchRmqConsumers().then(() => this.readKey(context, config));
-      const refusal = ackRefusalOf(context, config);
-      if (refusal) throw refusal;
-    }
     return messageKeyOf(context, config.keyHeaders);
   }
 

@@ -42,6 +42,12 @@ export type Settlement =
  */
 export interface TransportAdapter {
   readonly defaultInFlight: InFlightStrategy;
+  /**
+   * Runs first, before the key is read (so also before a `key` option): throws when
+   * this request or message cannot be served as configured (an `ack: true` consumer in
+   * auto-ack mode). Its error is settled and answered like any other refusal.
+   */
+  admit?(context: ExecutionContext, config: ResolvedHandlerConfig): void | Promise<void>;
   /** The raw client key when no `key` option is given; `undefined` when there is none. */
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown;
   /** Where the key is expected, for the "missing key" message. */
