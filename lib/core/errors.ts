@@ -28,13 +28,16 @@ export class IdempotencyError extends Error {
   readonly code: IdempotencyErrorCode;
   /** What the caller can do about it. */
   readonly hint: string;
+  /** A short, stable summary of the problem: the `title` of its problem body. */
+  readonly title: string;
 
-  constructor(code: IdempotencyErrorCode, status: number, message: string, hint: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: IdempotencyErrorCode, status: number, message: string, hint: string, options?: { cause?: unknown; title?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
     this.status = status;
     this.hint = hint;
+    this.title = options?.title ?? new.target.name;
   }
 }
 
@@ -45,6 +48,7 @@ export class IdempotencyKeyMissingError extends IdempotencyError {
       400,
       `This operation requires an idempotency key, and none was found in ${source}.`,
       `Send a unique key (for example a UUID) in ${source}, and reuse it only when retrying the same request.`,
+      { title: 'Idempotency key missing' },
     );
   }
 }
@@ -56,6 +60,7 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
       400,
       `The idempotency key is invalid: ${reason}.`,
       'Use 1 to 255 printable characters without control characters, for example a UUID.',
+      { title: 'Idempotency key invalid' },
     );
   }
 }
@@ -67,6 +72,7 @@ export class IdempotencyFingerprintMismatchError extends IdempotencyError {
       422,
       'This idempotency key was already used with a different request.',
       'Reuse a key only to retry the identical request; send a new key for a new request.',
+      { title: 'Idempotency key reused with a different request' },
     );
   }
 }
@@ -80,6 +86,7 @@ export class IdempotencyInFlightError extends IdempotencyError {
       409,
       'A request with this idempotency key is still being processed.',
       `Retry after ${Math.ceil(retryAfterMs / 1000)} s with the same key to receive its result.`,
+      { title: 'Request with this idempotency key in progress' },
     );
     this.retryAfterMs = retryAfterMs;
   }
@@ -92,6 +99,7 @@ export class IdempotencyNotReplayableError extends IdempotencyError {
       409,
       `A request with this idempotency key already completed, but its response could not be stored for replay (${reason}).`,
       'The operation ran once and will not run again with this key. Fetch the resource instead, or use a new key for a new operation.',
+      { title: 'Response not replayable' },
     );
   }
 }
@@ -103,7 +111,7 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
       503,
       `The idempotency store is unavailable: ${describe(cause)}.`,
       'Retry later with the same key. Operators: check the store connection, or set onStoreError: "fail-open" to run unprotected during outages.',
-      { cause },
+      { cause, title: 'Idempotency store unavailable' },
     );
   }
 }
@@ -111,7 +119,7 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
 /** A mistake in how the library is set up; the message itself says how to fix it, as it lands in developers' logs. */
 export class IdempotencyConfigurationError extends IdempotencyError {
   constructor(message: string, hint: string, options?: { cause?: unknown }) {
-    super(IdempotencyErrorCode.Configuration, 500, `${message} ${hint}`, hint, options);
+    super(IdempotencyErrorCode.Configuration, 500, `${message} ${hint}`, hint, { ...options, title: 'Idempotency misconfigured' });
   }
 }
 
@@ -123,6 +131,7 @@ export class IdempotencyRequestInvalidError extends IdempotencyError {
       400,
       `The request cannot be processed idempotently: ${reason}.`,
       'Send a smaller or flatter payload.',
+      { title: 'Request cannot be processed idempotently' },
     );
   }
 }
