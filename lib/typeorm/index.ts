@@ -3,7 +3,9 @@
  * transactions, entity base classes, optimistic locking and state machines.
  * Needs the optional peer dependency `typeorm` (and `pg` or a SQLite driver).
  */
-export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions, type PurgeResult } from './store.js';
+
+// The record store and its transaction path (store/).
+export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions, type PurgeResult } from './store/store.js';
 export {
   runIdempotentTransaction,
   executeIdempotentTransaction,
@@ -11,21 +13,23 @@ export {
   type IdempotentTransactionResult,
   type IdempotentIsolationLevel,
   type TransactionTuning,
-} from './transaction.js';
-export { getIdempotentEntityManager, findIdempotentEntityManager } from './sql-runner.js';
+} from './store/transaction.js';
+export { getIdempotentEntityManager, findIdempotentEntityManager } from './store/transaction-context.js';
 export {
   IdempotencyRecordEntity,
   createIdempotencyRecordEntity,
   type IdempotencyRecordRow,
   type IdempotencyRecordEntityClass,
-} from './record.entity.js';
+} from './store/record.entity.js';
 export {
   CreateIdempotencyRecords1700000000000,
   createIdempotencyRecordsMigration,
   type IdempotencyRecordsMigrationOptions,
-} from './migration.js';
-export { recordsTableDdl, parseTableName, DEFAULT_RECORDS_TABLE, type TableName } from './record-sql.js';
-export { VersionedEntity, IdempotentEntity } from './entities.js';
+} from './store/migration.js';
+export { recordsTableDdl, parseTableName, DEFAULT_RECORDS_TABLE, type TableName } from './store/record-sql.js';
+
+// The patterns for your own entities (patterns/).
+export { VersionedEntity, IdempotentEntity } from './patterns/entities.js';
 export {
   updateWithVersion,
   retryOnOptimisticLock,
@@ -33,16 +37,16 @@ export {
   type RetryOnOptimisticLockOptions,
   type EntityChanges,
   type EntityId,
-} from './optimistic-lock.js';
-export { insertOrGetExisting, insertOrGet, idemKeyIndexNameOf, type InsertOrGetOptions, type InsertOrGetResult } from './insert-or-get.js';
-export { isUniqueViolation } from './unique-violation.js';
+} from './patterns/optimistic-lock.js';
 export {
-  defineStateMachine,
-  type StateMachine,
-  type StateMachineOptions,
-  type StateOf,
-  type TransitionTable,
-  type TransitionDecision,
-} from './state-machine.js';
-export { applyTransition, type ApplyTransitionOptions, type TransitionOutcome } from './state-transition.js';
-export { OptimisticLockError, IllegalStateTransitionError, TypeOrmIdempotencyErrorCode } from './errors.js';
+  insertOrGetExisting,
+  insertOrGet,
+  idemKeyIndexNameOf,
+  type InsertOrGetOptions,
+  type InsertOrGetResult,
+} from './patterns/insert-or-get.js';
+export { isUniqueViolation } from './patterns/unique-violation.js';
+// The same list the root entry point offers (with IllegalStateTransitionError).
+export * from './patterns/state-machine.js';
+export { applyTransition, type ApplyTransitionOptions, type TransitionOutcome } from './patterns/state-transition.js';
+export { OptimisticLockError, TypeOrmIdempotencyErrorCode } from './patterns/errors.js';

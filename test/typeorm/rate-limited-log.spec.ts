@@ -1,5 +1,5 @@
 import type { LoggerService } from '@nestjs/common';
-import { LOG_WINDOW_MS, RateLimitedLog } from '../../lib/typeorm/rate-limited-log.js';
+import { LOG_WINDOW_MS, RateLimitedLog } from '../../lib/typeorm/store/rate-limited-log.js';
 
 describe('RateLimitedLog (how a repeating purge failure reaches the log)', () => {
   function setup() {

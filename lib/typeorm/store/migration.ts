@@ -1,20 +1,17 @@
-import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
-import { dataSourceOfRunner } from './sql-runner.js';
-import { DEFAULT_RECORDS_TABLE, dialectOf, dropRecordsTableDdl, parseTableName, recordsTableDdl } from './record-sql.js';
-
-/** PostgreSQL tables land in the DataSource's `schema` when the name does not give one, as TypeORM's own entities do. */
-export function defaultSchemaOf(dataSource: DataSource): string | undefined {
-  return dialectOf(dataSource) === 'postgres' ? (dataSource.options as { schema?: string }).schema : undefined;
-}
+import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { shown } from '../../core/options.js';
+import { dataSourceOf } from '../internals.js';
+import { DEFAULT_RECORDS_TABLE, defaultSchemaOf, dialectOf, dropRecordsTableDdl, parseTableName, recordsTableDdl } from './record-sql.js';
 
 async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
-  const dataSource = dataSourceOfRunner(runner);
+  const dataSource = dataSourceOf(runner);
   dialectOf(dataSource); // refuses unsupported drivers with a clear message
   for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
 }
 
 async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
-  const dataSource = dataSourceOfRunner(runner);
+  const dataSource = dataSourceOf(runner);
   for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
 }
 
@@ -53,8 +50,11 @@ export function createIdempotencyRecordsMigration(
   options: IdempotencyRecordsMigrationOptions = {},
 ): new () => MigrationInterface {
   const timestamp = options.timestamp ?? 1700000000000;
-  if (!Number.isInteger(timestamp) || String(timestamp).length !== 13) {
-    throw new RangeError(`createIdempotencyRecordsMigration: timestamp must be 13-digit epoch ms, got ${timestamp}.`);
+  if (!Number.isSafeInteger(timestamp) || String(timestamp).length !== 13) {
+    throw new IdempotencyConfigurationError(
+      `createIdempotencyRecordsMigration: timestamp must be 13-digit epoch ms, got ${shown(timestamp)}.`,
+      'Pass the epoch ms of the day you add the migration, e.g. { timestamp: 1735000000000 }: TypeORM orders migrations by it.',
+    );
   }
   const { table } = parseTableName(tableName);
   // TypeORM reads the order from the last 13 characters of the name.

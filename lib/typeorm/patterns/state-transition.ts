@@ -1,5 +1,5 @@
 import type { EntityManager, EntityTarget, ObjectLiteral } from 'typeorm';
-import { IdempotencyConfigurationError } from '../core/errors.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { OptimisticLockError } from './errors.js';
 import { primaryWhere, versionColumnOf, type EntityChanges, type EntityId } from './optimistic-lock.js';
 import type { StateMachine } from './state-machine.js';

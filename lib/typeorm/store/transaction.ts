@@ -1,29 +1,26 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { DEFAULT_TTL } from '../core/defaults.js';
+import { DEFAULT_TTL } from '../../core/defaults.js';
 import {
   IdempotencyConfigurationError,
   IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
   isIdempotencyError,
-} from '../core/errors.js';
-import { fingerprintOf, storageKeyOf } from '../core/hash.js';
-import { normalizeIdempotencyKey } from '../core/key.js';
-import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../core/outcome.js';
-import { replayValue } from '../core/engine.js';
-import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
+} from '../../core/errors.js';
+import { fingerprintOf, storageKeyOf } from '../../core/hash.js';
+import { normalizeIdempotencyKey } from '../../core/key.js';
+import { checkWholeNumber } from '../../core/options.js';
+import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../../core/outcome.js';
+import { replayValue } from '../../core/engine.js';
+import type { TransactionalRequest, TransactionalResult } from '../../core/store.js';
+import { dataSourceOf } from '../internals.js';
 import { configurationErrorOf, isConnectionLoss, sqlStateOf } from './failures.js';
-import { defaultSchemaOf } from './migration.js';
-import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, postgresRecordSql, sqliteRecordSql, type RecordSql } from './record-sql.js';
-import {
-  MutexTimeoutError,
-  createGuardedQueryRunner,
-  dataSourceOfRunner,
-  runStatement,
-  sqliteMutexOf,
-  transactionContext,
-} from './sql-runner.js';
+import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
+import { createGuardedQueryRunner } from './pg-client-guard.js';
+import { recordSqlFor, type RecordSql } from './record-sql.js';
+import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
+import { transactionContext } from './transaction-context.js';
 
 /** Isolation levels accepted for the idempotent transaction. */
 export type IdempotentIsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
@@ -49,8 +46,8 @@ export interface TransactionTuning {
   /**
    * PostgreSQL: run the record statements as named prepared statements on the
    * DataSource's pool, so the server parses and plans each one once per connection
-   * instead of on every call (about 2.5 times less database CPU per first execution,
-   * see docs/performance.md); inside a transaction, on the transaction's connection.
+   * instead of on every call (docs/performance.md has the figures); inside a
+   * transaction, on the transaction's connection.
    * Turn it off behind a pooler that cannot keep prepared statements, such as PgBouncer
    * in transaction mode before 1.21 (or without `max_prepared_statements`).
    * @default true
@@ -95,13 +92,24 @@ export async function runRecordTransaction<T>(
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning = {},
 ): Promise<TransactionalResult<T>> {
-  validateTtl(request.ttl);
+  checkWholeNumber('TypeOrmIdempotencyStore.runTransactional', 'ttl', request.ttl, { unit: 'ms', example: '86_400_000' });
   const trace: FailureTrace = { connectionLost: false };
   try {
-    return await openAndAttempt(dataSource, sql, request, work, tuning, trace);
+    return await openAndAttempt(dataSource, { sql, executor: sqlExecutorOf(dataSource) }, request, work, tuning, trace);
   } catch (error) {
     throw transactionFailure(error, trace, sql);
   }
+}
+
+/** The statements of the record and the way they reach the database. */
+interface RecordPath {
+  readonly sql: RecordSql;
+  readonly executor: SqlExecutor;
+}
+
+/** @internal Refuses a `TransactionTuning` value outside the one rule for numeric options. */
+export function checkTuning(owner: string, tuning: TransactionTuning): void {
+  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
 }
 
 function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql): unknown {
@@ -116,7 +124,7 @@ function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql)
 
 async function openAndAttempt<T>(
   dataSource: DataSource,
-  sql: RecordSql,
+  path: RecordPath,
   request: TransactionalRequest,
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning,
@@ -126,18 +134,18 @@ async function openAndAttempt<T>(
   // Nested call on the same DataSource: join the running transaction through a savepoint,
   // so the inner record commits (or rolls back) with the outer work.
   if (outer && outer.dataSource === dataSource) {
-    return attempt(outer.queryRunner, sql, request, work, tuning, true, trace);
+    return attempt(outer.queryRunner, path, request, work, tuning, true, trace);
   }
   const open = async () => {
     const runner = createGuardedQueryRunner(dataSource);
     try {
       await runner.connect();
-      return await attempt(runner, sql, request, work, tuning, false, trace);
+      return await attempt(runner, path, request, work, tuning, false, trace);
     } finally {
       await runner.release();
     }
   };
-  if (sql.dialect === 'sqlite') {
+  if (path.sql.dialect === 'sqlite') {
     try {
       return await sqliteMutexOf(dataSource).run(open, tuning.waitTimeout);
     } catch (error) {
@@ -150,13 +158,14 @@ async function openAndAttempt<T>(
 
 async function attempt<T>(
   runner: QueryRunner,
-  sql: RecordSql,
+  path: RecordPath,
   request: TransactionalRequest,
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning,
   nested: boolean,
   trace: FailureTrace,
 ): Promise<TransactionalResult<T>> {
+  const { sql, executor } = path;
   const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? 'READ COMMITTED');
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     if (isolation) await runner.startTransaction(isolation);
@@ -168,7 +177,7 @@ async function attempt<T>(
       await runner.rollbackTransaction();
     };
     try {
-      const acquired = await acquire(runner, sql, request, tuning.waitTimeout, nested);
+      const acquired = await acquire(runner, path, request, tuning.waitTimeout, nested);
       if (acquired.kind === 'restart') {
         await rollback();
         continue;
@@ -181,18 +190,21 @@ async function attempt<T>(
         await rollback();
         throw new IdempotencyInFlightError(acquired.retryAfterMs);
       }
-      const context = { dataSource: dataSourceOfRunner(runner), queryRunner: runner, manager: runner.manager };
+      const context = { dataSource: dataSourceOf(runner), queryRunner: runner, manager: runner.manager };
       let outcome: { value: T; result: string };
       try {
         outcome = await transactionContext.run(context, () => work(runner.manager));
         if (typeof outcome?.result !== 'string') {
-          throw new TypeError('The transactional work must return { value, result } with result a string.');
+          throw new IdempotencyConfigurationError(
+            'The transactional work must return { value, result } with result a string.',
+            'A custom caller of TypeOrmIdempotencyStore.runTransactional() must serialize the result it stores; runIdempotentTransaction() does it for you.',
+          );
         }
       } catch (error) {
         trace.work = { error };
         throw error;
       }
-      const finished = await runStatement(runner, sql.finish(request.key, outcome.result, request.ttl));
+      const finished = await executor.runOn(runner, sql.finish(request.key, outcome.result, request.ttl));
       if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
       open = false;
       await runner.commitTransaction();
@@ -219,7 +231,7 @@ async function attempt<T>(
  */
 async function acquire(
   runner: QueryRunner,
-  sql: RecordSql,
+  { sql, executor }: RecordPath,
   request: TransactionalRequest,
   waitTimeout: number | undefined,
   nested: boolean,
@@ -227,11 +239,11 @@ async function acquire(
   const token = randomUUID();
   for (let step = 0; step < MAX_ACQUIRE_ROUNDS; step++) {
     const inserted = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-      runStatement(runner, sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)),
+      executor.runOn(runner, sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)),
     );
     if (inserted === 'restart') return { kind: 'restart' };
     if (inserted.rows.length > 0) return { kind: 'owned' };
-    const { rows } = await runStatement(runner, sql.readAny(request.key));
+    const { rows } = await executor.runOn(runner, sql.readAny(request.key));
     if (rows.length === 0) continue; // deleted in between: insert again
     const row = rows[0];
     const dead = row.dead === true || row.dead === 1;
@@ -239,7 +251,7 @@ async function acquire(
       // A dead lease or an expired result: take it over. The row lock makes concurrent
       // takers wait for this transaction and then find the row alive.
       const taken = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-        runStatement(runner, sql.takeOver(request.key, token, request.ttl, request.fingerprint)),
+        executor.runOn(runner, sql.takeOver(request.key, token, request.ttl, request.fingerprint)),
       );
       if (taken === 'restart') return { kind: 'restart' };
       if (taken.rows.length > 0) return { kind: 'owned' };
@@ -292,34 +304,6 @@ async function guardRecordStatement<R>(
     if ((code === '40001' || code === '40P01') && !nested) return 'restart';
     throw error;
   }
-}
-
-function validateTtl(ttl: number): void {
-  if (!Number.isInteger(ttl) || ttl < 1) {
-    throw new IdempotencyConfigurationError(
-      `The idempotency ttl must be a positive integer of ms, got ${ttl}.`,
-      'Pass ttl in milliseconds, e.g. 86400000 for 24 h.',
-    );
-  }
-}
-
-const recordSqlCache = new WeakMap<DataSource, Map<string, RecordSql>>();
-
-/**
- * @internal The record SQL for a table of a DataSource (cached; the DataSource's schema
- * applies to unqualified names), with or without prepared-statement names.
- */
-export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE, preparedStatements = true): RecordSql {
-  let byTable = recordSqlCache.get(dataSource);
-  if (!byTable) recordSqlCache.set(dataSource, (byTable = new Map()));
-  const cacheKey = preparedStatements ? tableName : `${tableName}\0unprepared`;
-  let sql = byTable.get(cacheKey);
-  if (!sql) {
-    const table = parseTableName(tableName, defaultSchemaOf(dataSource));
-    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table, preparedStatements) : sqliteRecordSql(table);
-    byTable.set(cacheKey, sql);
-  }
-  return sql;
 }
 
 export interface IdempotentTransactionOptions extends TransactionTuning {
@@ -390,6 +374,8 @@ export async function executeIdempotentTransaction<T>(
       'Pass { key: message.id } (a string unique per operation).',
     );
   }
+  checkWholeNumber('runIdempotentTransaction', 'ttl', options.ttl, { unit: 'ms', example: '86_400_000' });
+  checkTuning('runIdempotentTransaction', options);
   const request: TransactionalRequest = {
     key: storageKeyOf(options.scope ?? 'transaction', normalizeIdempotencyKey(options.key)),
     fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),

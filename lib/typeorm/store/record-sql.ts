@@ -1,19 +1,18 @@
 import { createHash } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { IdempotencyConfigurationError } from '../core/errors.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { driverFamilyOf, driverTypeOf } from '../dialect.js';
 
 /** The SQL families the record store speaks. */
 export type RecordDialect = 'postgres' | 'sqlite';
 
-/** TypeORM driver types served by the SQLite dialect (all single-connection drivers). */
-const SQLITE_FAMILY = new Set(['sqlite', 'better-sqlite3', 'sqljs', 'capacitor', 'cordova', 'expo', 'nativescript', 'react-native']);
-
 export const DEFAULT_RECORDS_TABLE = 'idempotency_records';
 
+/** The record store's dialect of a DataSource; refuses every driver the store does not speak. */
 export function dialectOf(dataSource: DataSource): RecordDialect {
-  const type = String(dataSource.options.type);
-  if (type === 'postgres') return 'postgres';
-  if (SQLITE_FAMILY.has(type)) return 'sqlite';
+  const family = driverFamilyOf(dataSource);
+  if (family === 'postgres' || family === 'sqlite') return family;
+  const type = driverTypeOf(dataSource);
   throw new IdempotencyConfigurationError(
     `The TypeORM idempotency store does not support the '${type}' driver.`,
     "Use a DataSource of type 'postgres' (shared, multi-instance) or a SQLite driver such as 'sqljs' or 'better-sqlite3' (embedded, one process); for other databases use the Redis store.",
@@ -89,9 +88,10 @@ export interface Statement {
   readonly params: unknown[];
   /**
    * Prepared-statement name (PostgreSQL through node-postgres): the server parses and
-   * plans the statement once per connection instead of on every call.
+   * plans the statement once per connection instead of on every call. Every builder sets
+   * it, `undefined` for a statement sent unprepared.
    */
-  readonly name?: string;
+  readonly name: string | undefined;
 }
 
 /** Columns every record read returns, in this order. */
@@ -135,48 +135,60 @@ export interface RecordSql {
 
 const PG_NOW = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
+type StatementKind = Exclude<keyof RecordSql, 'dialect' | 'table'>;
+
 /**
  * `prepared`: each kind of statement gets a prepared-statement name derived from its
- * text (which depends on the table only). Parsing and planning these statements cost
- * PostgreSQL more CPU than running them: prepared once per connection, a claim +
- * complete costs the server about 0.5 ms instead of 1.1–1.3 ms (`npm run bench:postgres`).
+ * text (which depends on the table only), so the server parses and plans it once per
+ * connection instead of on every call; without, every statement is sent unnamed (for
+ * poolers that cannot keep prepared statements). Measured gain: docs/performance.md,
+ * "TypeORM store on PostgreSQL: prepared statements on the pool".
  */
 export function postgresRecordSql(table: TableName, prepared = true): RecordSql {
-  const sql = buildPostgresRecordSql(table);
-  return prepared ? withStatementNames(sql) : sql;
-}
-
-function withStatementNames(sql: RecordSql): RecordSql {
-  const named: Record<string, unknown> = { ...sql };
-  for (const [kind, build] of Object.entries(sql)) {
-    if (typeof build !== 'function') continue;
-    let text: string | undefined;
-    let name: string | undefined;
-    named[kind] = (...args: unknown[]): Statement => {
-      const statement = (build as (...values: unknown[]) => Statement)(...args);
-      if (text === undefined) {
-        text = statement.sql;
-        name = `nestjs_idem_${createHash('sha1').update(text).digest('hex').slice(0, 24)}`;
-      }
-      return statement.sql === text ? { sql: statement.sql, params: statement.params, name } : statement;
-    };
+  const texts = postgresStatementTexts(table.quoted);
+  const names = {} as Record<StatementKind, string | undefined>;
+  for (const [kind, text] of Object.entries(texts) as Array<[StatementKind, string]>) {
+    names[kind] = prepared ? `nestjs_idem_${createHash('sha1').update(text).digest('hex').slice(0, 24)}` : undefined;
   }
-  return named as unknown as RecordSql;
-}
-
-function buildPostgresRecordSql(table: TableName): RecordSql {
-  const t = table.quoted;
   return {
     dialect: 'postgres',
     table,
     claim: (key, token, leaseTtl, fingerprint) => ({
-      // One round trip. A live row visible in the statement's snapshot is returned as is,
-      // and the INSERT then gets no input row: a duplicate's claim takes no row lock and no
-      // transaction id, so it costs no WAL flush. Otherwise the upsert inserts, or takes a
-      // dead row over. When a concurrent claimer committed after this statement's snapshot
-      // but before its conflict check, neither branch returns a row; the caller then runs
-      // the statement again (see TypeOrmIdempotencyStore.claim).
-      sql: `WITH clock AS (SELECT ${PG_NOW} AS now_ms),
+      name: names.claim,
+      sql: texts.claim,
+      params: [key, token, leaseTtl, fingerprint ?? null],
+    }),
+    read: (key) => ({ name: names.read, sql: texts.read, params: [key] }),
+    complete: (key, token, result, ttl) => ({ name: names.complete, sql: texts.complete, params: [key, token, result, ttl] }),
+    release: (key, token) => ({ name: names.release, sql: texts.release, params: [key, token] }),
+    renew: (key, token, leaseTtl) => ({ name: names.renew, sql: texts.renew, params: [key, token, leaseTtl] }),
+    delete: (key) => ({ name: names.delete, sql: texts.delete, params: [key] }),
+    insertIfAbsent: (key, token, ttl, fingerprint) => ({
+      name: names.insertIfAbsent,
+      sql: texts.insertIfAbsent,
+      params: [key, token, ttl, fingerprint ?? null],
+    }),
+    readAny: (key) => ({ name: names.readAny, sql: texts.readAny, params: [key] }),
+    takeOver: (key, token, ttl, fingerprint) => ({
+      name: names.takeOver,
+      sql: texts.takeOver,
+      params: [key, token, ttl, fingerprint ?? null],
+    }),
+    finish: (key, result, ttl) => ({ name: names.finish, sql: texts.finish, params: [key, result, ttl] }),
+    purgeBatch: (limit) => ({ name: names.purgeBatch, sql: texts.purgeBatch, params: [limit] }),
+  };
+}
+
+/** The text of every statement on table `t` (quoted): constant per table, so built once. */
+function postgresStatementTexts(t: string): Record<StatementKind, string> {
+  return {
+    // One round trip. A live row visible in the statement's snapshot is returned as is,
+    // and the INSERT then gets no input row: a duplicate's claim takes no row lock and no
+    // transaction id, so it costs no WAL flush. Otherwise the upsert inserts, or takes a
+    // dead row over. When a concurrent claimer committed after this statement's snapshot
+    // but before its conflict check, neither branch returns a row; the caller then runs
+    // the statement again (see TypeOrmIdempotencyStore.claim).
+    claim: `WITH clock AS (SELECT ${PG_NOW} AS now_ms),
 live AS (
   SELECT ${RECORD_COLUMNS} FROM ${t}, clock WHERE "key" = $1::varchar AND "expires_at" > clock.now_ms
 ),
@@ -193,61 +205,32 @@ claimed AS (
 SELECT * FROM claimed
 UNION ALL
 SELECT *, false FROM live`,
-      params: [key, token, leaseTtl, fingerprint ?? null],
-    }),
-    read: (key) => ({
-      sql: `SELECT ${RECORD_COLUMNS} FROM ${t} WHERE "key" = $1 AND "expires_at" > ${PG_NOW}`,
-      params: [key],
-    }),
-    complete: (key, token, result, ttl) => ({
-      sql: `UPDATE ${t} SET "status" = 'completed', "result" = $3, "expires_at" = c.now_ms + $4::bigint, "lease_token" = NULL, "lease_expires_at" = NULL
+    read: `SELECT ${RECORD_COLUMNS} FROM ${t} WHERE "key" = $1 AND "expires_at" > ${PG_NOW}`,
+    complete: `UPDATE ${t} SET "status" = 'completed', "result" = $3, "expires_at" = c.now_ms + $4::bigint, "lease_token" = NULL, "lease_expires_at" = NULL
 FROM (SELECT ${PG_NOW} AS now_ms) c
 WHERE "key" = $1 AND "lease_token" = $2 AND "status" = 'in_progress' AND "lease_expires_at" > c.now_ms`,
-      params: [key, token, result, ttl],
-    }),
-    release: (key, token) => ({
-      sql: `DELETE FROM ${t} WHERE "key" = $1 AND "lease_token" = $2 AND "status" = 'in_progress'`,
-      params: [key, token],
-    }),
-    renew: (key, token, leaseTtl) => ({
-      sql: `UPDATE ${t} SET "lease_expires_at" = c.now_ms + $3::bigint, "expires_at" = c.now_ms + $3::bigint
+    release: `DELETE FROM ${t} WHERE "key" = $1 AND "lease_token" = $2 AND "status" = 'in_progress'`,
+    renew: `UPDATE ${t} SET "lease_expires_at" = c.now_ms + $3::bigint, "expires_at" = c.now_ms + $3::bigint
 FROM (SELECT ${PG_NOW} AS now_ms) c
 WHERE "key" = $1 AND "lease_token" = $2 AND "status" = 'in_progress' AND "lease_expires_at" > c.now_ms`,
-      params: [key, token, leaseTtl],
-    }),
-    delete: (key) => ({ sql: `DELETE FROM ${t} WHERE "key" = $1`, params: [key] }),
-    insertIfAbsent: (key, token, ttl, fingerprint) => ({
-      sql: `INSERT INTO ${t} ("key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at")
+    delete: `DELETE FROM ${t} WHERE "key" = $1`,
+    insertIfAbsent: `INSERT INTO ${t} ("key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at")
 SELECT $1::varchar, 'in_progress', $2::varchar, now_ms + $3::bigint, $4::varchar, NULL, now_ms + $3::bigint, now_ms FROM (SELECT ${PG_NOW} AS now_ms) c
 ON CONFLICT ("key") DO NOTHING
 RETURNING "key"`,
-      params: [key, token, ttl, fingerprint ?? null],
-    }),
-    readAny: (key) => ({
-      sql: `SELECT ${RECORD_COLUMNS}, ("expires_at" <= ${PG_NOW}) AS dead FROM ${t} WHERE "key" = $1`,
-      params: [key],
-    }),
-    takeOver: (key, token, ttl, fingerprint) => ({
-      sql: `UPDATE ${t} SET "status" = 'in_progress', "lease_token" = $2, "lease_expires_at" = c.now_ms + $3::bigint, "fingerprint" = $4,
+    readAny: `SELECT ${RECORD_COLUMNS}, ("expires_at" <= ${PG_NOW}) AS dead FROM ${t} WHERE "key" = $1`,
+    takeOver: `UPDATE ${t} SET "status" = 'in_progress', "lease_token" = $2, "lease_expires_at" = c.now_ms + $3::bigint, "fingerprint" = $4,
   "result" = NULL, "expires_at" = c.now_ms + $3::bigint, "created_at" = c.now_ms
 FROM (SELECT ${PG_NOW} AS now_ms) c
 WHERE "key" = $1 AND "expires_at" <= c.now_ms
 RETURNING "key"`,
-      params: [key, token, ttl, fingerprint ?? null],
-    }),
-    finish: (key, result, ttl) => ({
-      sql: `UPDATE ${t} SET "status" = 'completed', "result" = $2, "expires_at" = c.now_ms + $3::bigint, "lease_token" = NULL, "lease_expires_at" = NULL
+    finish: `UPDATE ${t} SET "status" = 'completed', "result" = $2, "expires_at" = c.now_ms + $3::bigint, "lease_token" = NULL, "lease_expires_at" = NULL
 FROM (SELECT ${PG_NOW} AS now_ms) c
 WHERE "key" = $1`,
-      params: [key, result, ttl],
-    }),
-    purgeBatch: (limit) => ({
-      // SKIP LOCKED: a row being taken over right now is left alone instead of waited for.
-      sql: `DELETE FROM ${t} WHERE "key" IN (
+    // SKIP LOCKED: a row being taken over right now is left alone instead of waited for.
+    purgeBatch: `DELETE FROM ${t} WHERE "key" IN (
   SELECT "key" FROM ${t} WHERE "expires_at" <= ${PG_NOW} ORDER BY "expires_at" LIMIT $1 FOR UPDATE SKIP LOCKED
 )`,
-      params: [limit],
-    }),
   };
 }
 
@@ -261,6 +244,7 @@ export function sqliteRecordSql(table: TableName, clock: () => number = Date.now
       // SQLite returns nothing when the conditional update does not fire; the store
       // then reads the live row (sql.js runs one statement at a time, so no lock is needed).
       return {
+        name: undefined,
         sql: `INSERT INTO ${t} ("key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at")
 VALUES (?, 'in_progress', ?, ?, ?, NULL, ?, ?)
 ON CONFLICT ("key") DO UPDATE SET
@@ -271,31 +255,39 @@ RETURNING ${RECORD_COLUMNS}, 1 AS claimed`,
         params: [key, token, now + leaseTtl, fingerprint ?? null, now + leaseTtl, now],
       };
     },
-    read: (key) => ({ sql: `SELECT ${RECORD_COLUMNS} FROM ${t} WHERE "key" = ? AND "expires_at" > ?`, params: [key, clock()] }),
+    read: (key) => ({
+      name: undefined,
+      sql: `SELECT ${RECORD_COLUMNS} FROM ${t} WHERE "key" = ? AND "expires_at" > ?`,
+      params: [key, clock()],
+    }),
     complete: (key, token, result, ttl) => {
       const now = clock();
       return {
+        name: undefined,
         sql: `UPDATE ${t} SET "status" = 'completed', "result" = ?, "expires_at" = ?, "lease_token" = NULL, "lease_expires_at" = NULL
 WHERE "key" = ? AND "lease_token" = ? AND "status" = 'in_progress' AND "lease_expires_at" > ?`,
         params: [result, now + ttl, key, token, now],
       };
     },
     release: (key, token) => ({
+      name: undefined,
       sql: `DELETE FROM ${t} WHERE "key" = ? AND "lease_token" = ? AND "status" = 'in_progress'`,
       params: [key, token],
     }),
     renew: (key, token, leaseTtl) => {
       const now = clock();
       return {
+        name: undefined,
         sql: `UPDATE ${t} SET "lease_expires_at" = ?, "expires_at" = ?
 WHERE "key" = ? AND "lease_token" = ? AND "status" = 'in_progress' AND "lease_expires_at" > ?`,
         params: [now + leaseTtl, now + leaseTtl, key, token, now],
       };
     },
-    delete: (key) => ({ sql: `DELETE FROM ${t} WHERE "key" = ?`, params: [key] }),
+    delete: (key) => ({ name: undefined, sql: `DELETE FROM ${t} WHERE "key" = ?`, params: [key] }),
     insertIfAbsent: (key, token, ttl, fingerprint) => {
       const now = clock();
       return {
+        name: undefined,
         sql: `INSERT INTO ${t} ("key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at")
 VALUES (?, 'in_progress', ?, ?, ?, NULL, ?, ?)
 ON CONFLICT ("key") DO NOTHING
@@ -304,12 +296,14 @@ RETURNING "key"`,
       };
     },
     readAny: (key) => ({
+      name: undefined,
       sql: `SELECT ${RECORD_COLUMNS}, ("expires_at" <= ?) AS dead FROM ${t} WHERE "key" = ?`,
       params: [clock(), key],
     }),
     takeOver: (key, token, ttl, fingerprint) => {
       const now = clock();
       return {
+        name: undefined,
         sql: `UPDATE ${t} SET "status" = 'in_progress', "lease_token" = ?, "lease_expires_at" = ?, "fingerprint" = ?,
   "result" = NULL, "expires_at" = ?, "created_at" = ?
 WHERE "key" = ? AND "expires_at" <= ?
@@ -318,12 +312,39 @@ RETURNING "key"`,
       };
     },
     finish: (key, result, ttl) => ({
+      name: undefined,
       sql: `UPDATE ${t} SET "status" = 'completed', "result" = ?, "expires_at" = ?, "lease_token" = NULL, "lease_expires_at" = NULL WHERE "key" = ?`,
       params: [result, clock() + ttl, key],
     }),
     purgeBatch: (limit) => ({
+      name: undefined,
       sql: `DELETE FROM ${t} WHERE "key" IN (SELECT "key" FROM ${t} WHERE "expires_at" <= ? ORDER BY "expires_at" LIMIT ?)`,
       params: [clock(), limit],
     }),
   };
+}
+
+/** PostgreSQL tables land in the DataSource's `schema` when the name does not give one, as TypeORM's own entities do. */
+export function defaultSchemaOf(dataSource: DataSource): string | undefined {
+  return dialectOf(dataSource) === 'postgres' ? (dataSource.options as { schema?: string }).schema : undefined;
+}
+
+const recordSqlCache = new WeakMap<DataSource, Map<string, RecordSql>>();
+
+/**
+ * The record SQL for a table of a DataSource (cached; the DataSource's schema applies to
+ * unqualified names), with or without prepared-statement names. Shared by the store and
+ * `runIdempotentTransaction`, so both write the same table the same way.
+ */
+export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE, preparedStatements = true): RecordSql {
+  let byTable = recordSqlCache.get(dataSource);
+  if (!byTable) recordSqlCache.set(dataSource, (byTable = new Map()));
+  const cacheKey = preparedStatements ? tableName : `${tableName}\0unprepared`;
+  let sql = byTable.get(cacheKey);
+  if (!sql) {
+    const table = parseTableName(tableName, defaultSchemaOf(dataSource));
+    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table, preparedStatements) : sqliteRecordSql(table);
+    byTable.set(cacheKey, sql);
+  }
+  return sql;
 }

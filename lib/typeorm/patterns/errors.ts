@@ -1,4 +1,4 @@
-import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
+import { IdempotencyError, IdempotencyErrorCode } from '../../core/errors.js';
 
 /**
  * Stable codes of the errors raised by the TypeORM helpers. They extend the core's
@@ -32,6 +32,7 @@ export class OptimisticLockError extends IdempotencyError {
       409,
       `${entity} ${describeId(id)} was changed concurrently: ${expected}, but ${found}.`,
       'Reload the entity and apply the change again (retryOnOptimisticLock does this for you), or report a conflict to the client.',
+      { title: 'Concurrent update' },
     );
     this.entity = entity;
     this.id = id;
@@ -58,6 +59,7 @@ export class IllegalStateTransitionError extends IdempotencyError {
       409,
       `${subject}illegal transition from '${from}' to '${to}' (${targets}).`,
       `Only request transitions the state machine declares; reload the entity to see its current state.`,
+      { title: 'Illegal state transition' },
     );
     this.from = from;
     this.to = to;

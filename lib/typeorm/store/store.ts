@@ -1,22 +1,32 @@
 import { createHash } from 'node:crypto';
 import { Logger, type LoggerService } from '@nestjs/common';
 import type { DataSource, QueryRunner } from 'typeorm';
-import { IdempotencyConfigurationError } from '../core/errors.js';
-import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.js';
-import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import type { IdempotencyEvent, IdempotencyEventListener } from '../../core/events.js';
+import { checkWholeNumber } from '../../core/options.js';
+import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
 import type {
   ClaimRequest,
   CompleteRequest,
   TransactionalIdempotencyStore,
   TransactionalRequest,
   TransactionalResult,
-} from '../core/store.js';
+} from '../../core/store.js';
 import { configurationErrorOf } from './failures.js';
-import { defaultSchemaOf } from './migration.js';
+import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { RateLimitedLog } from './rate-limited-log.js';
-import { DEFAULT_RECORDS_TABLE, dialectOf, parseTableName, recordsTableDdl, type RecordSql, type Statement } from './record-sql.js';
-import { createGuardedQueryRunner, pgPoolOf, runPooledStatement, runStatement, withRunner, type SqlResult } from './sql-runner.js';
-import { recordSqlFor, runRecordTransaction, type TransactionTuning } from './transaction.js';
+import {
+  DEFAULT_RECORDS_TABLE,
+  defaultSchemaOf,
+  dialectOf,
+  parseTableName,
+  recordSqlFor,
+  recordsTableDdl,
+  type RecordSql,
+  type Statement,
+} from './record-sql.js';
+import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
+import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
 export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   /**
@@ -107,17 +117,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     readonly dataSource: DataSource,
     private readonly options: TypeOrmIdempotencyStoreOptions = {},
   ) {
+    checkWholeNumber('TypeOrmIdempotencyStore', 'purgeBatchSize', options.purgeBatchSize, { example: '1_000' });
+    checkWholeNumber('TypeOrmIdempotencyStore', 'purgeInterval', options.purgeInterval, { unit: 'ms', min: 0, example: '60_000' });
+    checkTuning('TypeOrmIdempotencyStore', options);
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
-    if (!Number.isInteger(this.purgeBatchSize) || this.purgeBatchSize < 1) {
-      throw new RangeError(`TypeOrmIdempotencyStore: purgeBatchSize must be a positive integer, got ${options.purgeBatchSize}.`);
-    }
-    const interval = options.purgeInterval;
-    if (interval !== undefined && interval !== 0) {
-      if (!Number.isFinite(interval) || interval < 0) {
-        throw new RangeError(`TypeOrmIdempotencyStore: purgeInterval must be a positive number of ms, got ${interval}.`);
-      }
-      this.purgeInterval = interval;
-    }
+    if (options.purgeInterval) this.purgeInterval = options.purgeInterval;
     // The driver type and the table name are known before the DataSource is initialized:
     // refuse them here, where the stack points at the mistake, rather than at every request.
     if (dataSource?.options?.type !== undefined) {
@@ -191,12 +195,13 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     try {
       // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
       // answers by itself, so each attempt may take any pooled connection.
+      const executor = this.executor;
       const result =
         this.sql.dialect === 'sqlite'
           ? await withRunner(this.dataSource, 'sqlite', (runner) =>
-              this.claimRounds(key, request, (statement) => runStatement(runner, statement)),
+              this.claimRounds(key, request, (statement) => executor.runOn(runner, statement)),
             )
-          : await this.claimRounds(key, request, (statement) => this.run(statement));
+          : await this.claimRounds(key, request, (statement) => executor.run(statement));
       if (!this.ready) this.becomeReady();
       return result;
     } catch (error) {
@@ -226,11 +231,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
   }
 
-  /** One statement outside any transaction: on the pool as a prepared statement (PostgreSQL), else through a query runner. */
-  private run(statement: Statement): Promise<SqlResult> {
-    const pool = this.sql.dialect === 'postgres' ? pgPoolOf(this.dataSource) : undefined;
-    if (pool) return runPooledStatement(this.dataSource, pool, statement);
-    return withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
+  /** How statements reach the database, chosen once per DataSource (see `sqlExecutorOf`). */
+  private get executor(): SqlExecutor {
+    return sqlExecutorOf(this.dataSource);
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
@@ -247,7 +250,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   async get(key: string): Promise<IdempotencyRecord | undefined> {
     try {
-      const { rows } = await this.run(this.sql.read(key));
+      const { rows } = await this.executor.run(this.sql.read(key));
       if (!this.ready) this.becomeReady();
       return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
     } catch (error) {
@@ -353,7 +356,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   private async write(statement: () => Statement): Promise<boolean> {
     try {
-      const { affected } = await this.run(statement());
+      const { affected } = await this.executor.run(statement());
       if (!this.ready) this.becomeReady();
       return affected > 0;
     } catch (error) {
@@ -366,9 +369,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     let deleted = 0;
     for (;;) {
       const statement = this.sql.purgeBatch(this.purgeBatchSize);
-      const { affected } = lockHolder
-        ? await runStatement(lockHolder, statement)
-        : await withRunner(this.dataSource, this.sql.dialect, (runner) => runStatement(runner, statement));
+      const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
       deleted += affected;
       if (affected < this.purgeBatchSize) return deleted;
     }

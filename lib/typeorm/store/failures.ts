@@ -1,4 +1,4 @@
-import { IdempotencyConfigurationError } from '../core/errors.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
 import type { TableName } from './record-sql.js';
 
 /**

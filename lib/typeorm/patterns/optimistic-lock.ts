@@ -1,14 +1,11 @@
-import type { DataSource, EntityManager, EntityMetadata, EntityTarget, ObjectLiteral, UpdateQueryBuilder } from 'typeorm';
-import { IdempotencyConfigurationError } from '../core/errors.js';
+import type { EntityManager, EntityMetadata, EntityTarget, ObjectLiteral, UpdateQueryBuilder } from 'typeorm';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { checkWholeNumber } from '../../core/options.js';
+import { dataSourceOf } from '../internals.js';
 import { OptimisticLockError, TypeOrmIdempotencyErrorCode } from './errors.js';
 
 /** Column changes by property name, as TypeORM's `UpdateQueryBuilder.set()` takes them. */
 export type EntityChanges<T extends ObjectLiteral> = Parameters<UpdateQueryBuilder<T>['set']>[0];
-
-/** @internal The DataSource of a manager (`dataSource` on TypeORM 1.x, `connection` on 0.3). */
-export function dataSourceOfManager(manager: EntityManager): DataSource {
-  return (manager as { dataSource?: DataSource }).dataSource ?? (manager as unknown as { connection: DataSource }).connection;
-}
 
 /**
  * A primary key value (single-column key), or an object of primary key properties
@@ -111,7 +108,7 @@ export async function updateWithVersion<T extends ObjectLiteral>(
     .execute();
   if (result.affected === undefined) {
     throw new IdempotencyConfigurationError(
-      `The ${dataSourceOfManager(manager).options.type} driver does not report affected rows.`,
+      `The ${dataSourceOf(manager).options.type} driver does not report affected rows.`,
       'Use PostgreSQL, SQLite or MySQL.',
     );
   }
@@ -163,9 +160,11 @@ export async function retryOnOptimisticLock<T>(
   fn: (attempt: number) => Promise<T>,
   options: RetryOnOptimisticLockOptions = {},
 ): Promise<T> {
+  checkWholeNumber('retryOnOptimisticLock', 'retries', options.retries, { min: 0, example: '5' });
+  if (typeof options.backoff !== 'function') {
+    checkWholeNumber('retryOnOptimisticLock', 'backoff', options.backoff, { unit: 'ms', min: 0, example: '10' });
+  }
   const retries = options.retries ?? 3;
-  if (!Number.isInteger(retries) || retries < 0)
-    throw new RangeError(`retryOnOptimisticLock: retries must be a non-negative integer, got ${retries}.`);
   const backoff = options.backoff ?? 10;
   const retryIf = options.retryIf ?? isOptimisticLockConflict;
   for (let attempt = 0; ; attempt++) {

@@ -1,6 +1,8 @@
 import type { DataSource, EntityManager, EntityTarget, ObjectLiteral } from 'typeorm';
-import { IdempotencyConfigurationError } from '../core/errors.js';
-import { dataSourceOfManager, type EntityChanges } from './optimistic-lock.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { driverFamilyOf } from '../dialect.js';
+import { dataSourceOf } from '../internals.js';
+import type { EntityChanges } from './optimistic-lock.js';
 import { isUniqueViolation } from './unique-violation.js';
 
 export interface InsertOrGetOptions {
@@ -48,9 +50,9 @@ export async function insertOrGet<T extends ObjectLiteral>(
       `Set ${by} to the operation's idempotency key.`,
     );
   }
-  const type = String(dataSourceOfManager(manager).options.type);
+  const family = driverFamilyOf(dataSourceOf(manager));
   let created: boolean;
-  if (type === 'postgres' || type === 'cockroachdb') {
+  if (family === 'postgres' || family === 'cockroachdb') {
     // A failed statement would abort the caller's transaction on PostgreSQL, so the
     // duplicate is skipped in SQL (ON CONFLICT DO NOTHING) instead of caught.
     const primary = metadata.primaryColumns.map((column) => column.databaseName);

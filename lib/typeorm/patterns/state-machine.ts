@@ -1,5 +1,9 @@
-// Pure logic: no TypeORM import here, so the root entry point can re-export it.
+// Pure logic: no TypeORM import here, so the root entry point re-exports this module
+// whole (`export *`): every export of it is public, from the root and from /typeorm.
+import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { IllegalStateTransitionError } from './errors.js';
+
+export { IllegalStateTransitionError };
 
 /** For each state, the states it may move to. States that appear only as targets are final. */
 export type TransitionTable = { readonly [state: string]: readonly string[] };
@@ -62,11 +66,20 @@ export function defineStateMachine<const T extends TransitionTable>(table: T, op
   const targets = new Map<string, readonly string[]>();
   const states = new Set<string>();
   for (const [from, to] of Object.entries(table)) {
-    if (!Array.isArray(to)) throw new TypeError(`defineStateMachine: the targets of '${from}' must be an array of states.`);
+    if (!Array.isArray(to)) {
+      throw new IdempotencyConfigurationError(
+        `defineStateMachine: the targets of '${from}' must be an array of states.`,
+        `Write ${JSON.stringify(from)}: ['next', 'other'] (an empty array, or leaving the state out, makes it final).`,
+      );
+    }
     states.add(from);
     for (const state of to) {
-      if (typeof state !== 'string' || state === '')
-        throw new TypeError(`defineStateMachine: '${from}' lists a target that is not a non-empty string.`);
+      if (typeof state !== 'string' || state === '') {
+        throw new IdempotencyConfigurationError(
+          `defineStateMachine: '${from}' lists a target that is not a non-empty string.`,
+          'Name every state with a non-empty string.',
+        );
+      }
       states.add(state);
     }
     targets.set(from, Object.freeze([...new Set(to)]));

@@ -1,0 +1,24 @@
+import type { DataSource } from 'typeorm';
+
+/**
+ * What the library needs to know about a DataSource's driver, read from its public
+ * `options.type` (known before `initialize()`):
+ * - `postgres`: PostgreSQL itself (the record store's shared dialect);
+ * - `cockroachdb`: speaks PostgreSQL's SQL, and also aborts a transaction on a failed statement;
+ * - `sqlite`: every single-connection SQLite driver;
+ * - `other`: MySQL, SQL Server, Oracle and the rest.
+ */
+export type DriverFamily = 'postgres' | 'cockroachdb' | 'sqlite' | 'other';
+
+/** TypeORM driver types served by SQLite (all single-connection drivers). */
+const SQLITE_FAMILY = new Set(['sqlite', 'better-sqlite3', 'sqljs', 'capacitor', 'cordova', 'expo', 'nativescript', 'react-native']);
+
+export function driverTypeOf(dataSource: DataSource): string {
+  return String(dataSource.options.type);
+}
+
+export function driverFamilyOf(dataSource: DataSource): DriverFamily {
+  const type = driverTypeOf(dataSource);
+  if (type === 'postgres' || type === 'cockroachdb') return type;
+  return SQLITE_FAMILY.has(type) ? 'sqlite' : 'other';
+}
