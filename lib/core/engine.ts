@@ -18,6 +18,7 @@ import {
   unstorableReason,
   type StoredOutcome,
 } from './outcome.js';
+import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
 
 /** What to do with a duplicate that arrives while the first execution is still running. */
@@ -38,6 +39,20 @@ export interface ExecutionPolicy {
   readonly onEvent?: IdempotencyEventListener;
   /** Name reported in events. */
   readonly handler?: string;
+}
+
+/**
+ * Checks the numbers of a policy by the library's one rule (`checkWholeNumber`). Entry
+ * points check their own options at boot, under their own names; the engine checks
+ * again on every execution because a policy can be built by hand, and a NaN
+ * `waitTimeout` or a fractional `ttl` would otherwise fail later and elsewhere.
+ */
+export function checkExecutionPolicy(owner: string, policy: ExecutionPolicy): void {
+  checkWholeNumber(owner, 'ttl', policy.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
+  checkWholeNumber(owner, 'leaseTtl', policy.leaseTtl, { unit: 'ms', example: '30_000' });
+  // 0 is meaningful: do not wait for a running duplicate at all.
+  checkWholeNumber(owner, 'waitTimeout', policy.waitTimeout, { unit: 'ms', min: 0, example: '10_000' });
+  checkWholeNumber(owner, 'maxResponseBytes', policy.maxResponseBytes, { example: '1_048_576' });
 }
 
 export interface ExecutionRequest {
@@ -64,7 +79,7 @@ const MAX_POLL_MS = 250;
 const MAX_ORPHAN_CLAIMS = 10_000;
 
 /**
- * The claim / complete / release protocol of DESIGN.md, once, for every transport.
+ * The claim / complete / release protocol (docs/concepts.md), once, for every transport.
  * Stateless apart from the in-process wake-up list, so one instance can serve a
  * whole application.
  */
@@ -97,6 +112,8 @@ export class IdempotencyEngine {
    * `IdempotencyStoreUnavailableError`.
    */
   async admit(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
+    // A constant owner: a name built per call would cost an allocation on every request.
+    checkExecutionPolicy('IdempotencyEngine', policy);
     const startedAt = Date.now();
     const deadline = startedAt + policy.waitTimeout;
     let pollDelay = FIRST_POLL_MS;

@@ -3,6 +3,7 @@ import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
 import { fingerprintOf, storageKeyOf } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
+import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
 import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 
@@ -75,6 +76,11 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
       'Pass { scope: "charge-order" } so its keys do not collide with other wrapped functions.',
     );
   }
+  const owner = `makeIdempotent(${scope})`;
+  checkWholeNumber(owner, 'ttl', options.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
+  checkWholeNumber(owner, 'leaseTtl', options.leaseTtl, { unit: 'ms', example: '30_000' });
+  checkWholeNumber(owner, 'waitTimeout', options.waitTimeout, { unit: 'ms', min: 0, example: '10_000' });
+  checkWholeNumber(owner, 'maxResultBytes', options.maxResultBytes, { example: '1_048_576' });
   const engine = options.engine ?? new IdempotencyEngine();
   const policy = {
     store: options.store,

@@ -1,3 +1,6 @@
+import { IdempotencyConfigurationError } from '../core/errors.js';
+import { checkWholeNumber } from '../core/options.js';
+
 /** A lock held under a random token; only that token can extend or release it. */
 export interface LockHandle {
   readonly resource: string;
@@ -63,9 +66,20 @@ export class TokenLockHandle implements LockHandle {
   }
 }
 
+/** Validates the arguments of `acquire` (every provider, so a custom one can too). */
 export function checkLockArguments(resource: string, ttl: number, owner: string): void {
   if (typeof resource !== 'string' || resource.length === 0) {
-    throw new TypeError(`${owner}: resource must be a non-empty string, got ${JSON.stringify(resource)}.`);
+    throw new IdempotencyConfigurationError(
+      `${owner}: resource must be a non-empty string, got ${JSON.stringify(resource)}.`,
+      'Name what the lock guards, e.g. `inventory:${sku}`.',
+    );
   }
-  if (!Number.isFinite(ttl) || ttl <= 0) throw new RangeError(`${owner}: ttl must be a positive number of ms, got ${ttl}.`);
+  // Required here, unlike an option: a provider has no default lifetime to fall back on.
+  if (ttl === undefined) {
+    throw new IdempotencyConfigurationError(
+      `${owner}: ttl is required.`,
+      'Pass { ttl: 10_000 } (ms), or use withLock(), which defaults it.',
+    );
+  }
+  checkWholeNumber(owner, 'ttl', ttl, { unit: 'ms', example: '10_000' });
 }

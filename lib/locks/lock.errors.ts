@@ -18,6 +18,7 @@ export class LockNotAcquiredError extends IdempotencyError {
       409,
       `The lock on "${resource}" could not be acquired within ${waitTimeout} ms: another holder has it.`,
       'Retry later. If the holder legitimately needs longer, raise waitTimeout; if holders crash, lower ttl so their locks lapse sooner.',
+      { title: 'Lock not acquired' },
     );
   }
 }
@@ -34,6 +35,7 @@ export class LockLostError extends IdempotencyError {
       409,
       `The lock on "${resource}" was lost before the work finished.`,
       'Check signal.aborted before each write that needs the lock; raise ttl if the work pauses longer than a third of it (GC, event-loop stalls).',
+      { title: 'Lock lost' },
     );
   }
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ExpiringMap } from '../core/expiring-map.js';
 import { TokenLockHandle, checkLockArguments, type AcquireLockOptions, type LockHandle, type LockProvider } from './lock-provider.js';
 
 interface Held {
@@ -11,8 +12,9 @@ interface Held {
  * process. Use `RedisLockProvider` for exclusion across processes.
  */
 export class MemoryLockProvider implements LockProvider {
-  // Insertion order is acquisition order (re-inserted on acquire), so the head is oldest.
-  private readonly held = new Map<string, Held>();
+  // Insertion order is acquisition order, so the head is the oldest lock. Unbounded on
+  // purpose: evicting a held lock would grant it twice; expired locks leave by sweeping.
+  private readonly held = new ExpiringMap<string, Held>((held) => held.expiresAt);
 
   /** Locks held, live or not yet swept. */
   get size(): number {
@@ -24,9 +26,9 @@ export class MemoryLockProvider implements LockProvider {
     const now = Date.now();
     const current = this.held.get(resource);
     if (current && current.expiresAt > now) return undefined;
-    this.sweepHead(now);
+    // Bounded work per call: a few expired locks leave from the head.
+    this.held.sweep(now, 2);
     const token = randomUUID();
-    this.held.delete(resource);
     this.held.set(resource, { token, expiresAt: now + options.ttl });
     return new TokenLockHandle(resource, token, now + options.ttl, options.ttl, this.operations);
   }
@@ -46,13 +48,4 @@ export class MemoryLockProvider implements LockProvider {
       return current.expiresAt > Date.now();
     },
   };
-
-  /** Bounded work per call: drops a few expired locks from the head. */
-  private sweepHead(now: number): void {
-    let budget = 2;
-    for (const [resource, held] of this.held) {
-      if (held.expiresAt > now || budget-- === 0) break;
-      this.held.delete(resource);
-    }
-  }
 }

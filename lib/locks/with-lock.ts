@@ -1,3 +1,4 @@
+import { checkWholeNumber } from '../core/options.js';
 import { LockLostError, LockNotAcquiredError } from './lock.errors.js';
 import type { LockHandle, LockProvider } from './lock-provider.js';
 
@@ -54,13 +55,9 @@ export async function withLock<T>(
   const ttl = options.ttl ?? DEFAULT_LOCK_TTL;
   const waitTimeout = options.waitTimeout ?? DEFAULT_LOCK_WAIT_TIMEOUT;
   const retryDelay = options.retryDelay ?? DEFAULT_LOCK_RETRY_DELAY;
-  for (const [name, value, min] of [
-    ['ttl', ttl, 1],
-    ['waitTimeout', waitTimeout, 0],
-    ['retryDelay', retryDelay, 1],
-  ] as const) {
-    if (!Number.isFinite(value) || value < min) throw new RangeError(`withLock: ${name} must be a number of ms >= ${min}, got ${value}.`);
-  }
+  checkWholeNumber('withLock', 'ttl', ttl, { unit: 'ms', example: '10_000' });
+  checkWholeNumber('withLock', 'waitTimeout', waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
+  checkWholeNumber('withLock', 'retryDelay', retryDelay, { unit: 'ms', example: '50' });
 
   const handle = await acquireWithin(provider, resource, ttl, waitTimeout, retryDelay);
   const controller = new AbortController();

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { IdempotencyStoreUnavailableError } from '../core/errors.js';
+import { IdempotencyConfigurationError, IdempotencyStoreUnavailableError } from '../core/errors.js';
+import { checkWholeNumber } from '../core/options.js';
 
 type RedisArgument = string | number;
 
@@ -72,12 +73,13 @@ export class RedisScriptRunner {
     private readonly owner: string,
   ) {
     if (!client || typeof client.evalsha !== 'function' || typeof client.eval !== 'function') {
-      throw new TypeError(`${owner}: the first argument must be an ioredis Redis or Cluster client.`);
+      throw new IdempotencyConfigurationError(
+        `${owner}: the first argument must be an ioredis Redis or Cluster client.`,
+        'Pass an ioredis 5 or 6 client: new Redis(...) or new Cluster(...).',
+      );
     }
+    checkWholeNumber(owner, 'timeout', options.timeout, { unit: 'ms', min: 0, example: '2_000' });
     this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
-    if (!Number.isFinite(this.timeout) || this.timeout < 0) {
-      throw new RangeError(`${owner}: timeout must be a non-negative number of ms, got ${options.timeout}.`);
-    }
   }
 
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
@@ -156,12 +158,14 @@ export function asString(value: unknown): string | undefined {
   return Buffer.isBuffer(value) ? value.toString('utf8') : String(value);
 }
 
-/** A duration argument for PX/PEXPIRE: a positive whole number of ms. */
+/**
+ * A duration argument for PX/PEXPIRE, which take whole milliseconds: every duration
+ * of this package already is one (checkWholeNumber), so nothing is rounded here.
+ */
 export function wholeMs(value: number, name: string, owner: string): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new RangeError(`${owner}: ${name} must be a positive number of ms, got ${value}.`);
-  }
-  return Math.ceil(value);
+  if (value === undefined) throw new IdempotencyConfigurationError(`${owner}: ${name} is required.`, `Pass ${name} in milliseconds.`);
+  checkWholeNumber(owner, name, value, { unit: 'ms' });
+  return value;
 }
 
 /** Lua: the server clock in epoch ms, so every expiry comes from one clock. */

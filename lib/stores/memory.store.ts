@@ -1,6 +1,8 @@
 import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from '../core/record.js';
 import type { IdempotencyEventListener } from '../core/events.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
+import { ExpiringMap } from '../core/expiring-map.js';
+import { checkWholeNumber } from '../core/options.js';
 
 export interface MemoryIdempotencyStoreOptions {
   /**
@@ -22,25 +24,16 @@ export interface MemoryIdempotencyStoreOptions {
  *
  * Two insertion-ordered maps keep eviction O(1): completed records are evicted from
  * the head of theirs, and leases live apart so they are never evicted.
- *
- * The head of each map is read through a cursor that lives across calls. A V8 Map
- * keeps deleted entries as holes until it rehashes, and a fresh iterator walks over
- * every hole from the start: with a full store that evicts on every claim, that made
- * each claim scan thousands of holes. A cursor passes each hole once.
  */
 export class MemoryIdempotencyStore implements IdempotencyStore {
-  private readonly leases = new Map<string, InProgressRecord>();
-  private readonly completed = new Map<string, CompletedRecord>();
-  private readonly completedHead = new MapHead(this.completed);
-  private readonly leasesHead = new MapHead(this.leases);
+  private readonly leases = new ExpiringMap<string, InProgressRecord>((lease) => lease.leaseExpiresAt);
+  private readonly completed = new ExpiringMap<string, CompletedRecord>((done) => done.expiresAt);
   readonly maxEntries: number;
   private readonly listeners = new Set<IdempotencyEventListener>();
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
+    checkWholeNumber('MemoryIdempotencyStore', 'maxEntries', options.maxEntries, { example: '10_000' });
     this.maxEntries = options.maxEntries ?? 10_000;
-    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) {
-      throw new RangeError(`MemoryIdempotencyStore: maxEntries must be a positive integer, got ${options.maxEntries}.`);
-    }
   }
 
   /** Number of records held, live or not yet swept. */
@@ -100,8 +93,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now();
     const lease = this.ownedLease(key, token, now);
     if (!lease) return false;
-    // Moved to the end rather than replaced in place, so the map stays in insertion order for sweeping.
-    this.leases.delete(key);
+    // `set` moves the key to the end, so the map stays in insertion order for sweeping.
     this.leases.set(key, { ...lease, leaseExpiresAt: now + leaseTtl });
     return true;
   }
@@ -121,8 +113,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   clear(): void {
     this.leases.clear();
     this.completed.clear();
-    this.leasesHead.reset();
-    this.completedHead.reset();
   }
 
   private ownedLease(key: string, token: string, now: number): InProgressRecord | undefined {
@@ -131,23 +121,13 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private live(key: string, now: number): IdempotencyRecord | undefined {
-    const lease = this.leases.get(key);
-    if (lease) {
-      if (lease.leaseExpiresAt > now) return lease;
-      this.leases.delete(key);
-    }
-    const done = this.completed.get(key);
-    if (done) {
-      if (done.expiresAt > now) return done;
-      this.completed.delete(key);
-    }
-    return undefined;
+    return this.leases.live(key, now) ?? this.completed.live(key, now);
   }
 
   /** Bounded work per call: drops a few expired records from the head of each map. */
   private sweepHead(now: number): void {
-    this.completedHead.dropExpired(now, 2);
-    this.leasesHead.dropExpired(now, 2);
+    this.completed.sweep(now, 2);
+    this.leases.sweep(now, 2);
   }
 
   /** Listeners of `evicted_before_expiry` (IdempotencyModule adds its own). */
@@ -157,7 +137,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private evictOneCompleted(now: number): boolean {
-    const evicted = this.completedHead.deleteOldest();
+    const evicted = this.completed.deleteOldest();
     if (!evicted) return false;
     if (evicted.expiresAt > now && this.listeners.size > 0) {
       const event = {
@@ -176,60 +156,5 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       }
     }
     return true;
-  }
-}
-
-/**
- * The oldest entry of an insertion-ordered Map, read through one long-lived key
- * iterator. Map iterators stay valid while the map changes and see entries added
- * later, so each entry (and each hole a deletion leaves) is passed once, not on every
- * call. An entry is recognised by its record object, so a key deleted and set again
- * (now at the end of the map) is not mistaken for the oldest.
- */
-class MapHead<R extends IdempotencyRecord> {
-  private cursor: Iterator<[string, R]> | undefined;
-  private current: [string, R] | undefined;
-
-  constructor(private readonly map: Map<string, R>) {}
-
-  /** The oldest entry still in the map, or undefined when it is empty. */
-  private peek(): [string, R] | undefined {
-    for (;;) {
-      if (this.current !== undefined && this.map.get(this.current[0]) === this.current[1]) return this.current;
-      this.cursor ??= this.map.entries();
-      const next = this.cursor.next();
-      if (next.done) {
-        // An exhausted iterator never sees later entries: start a new one next time.
-        this.cursor = undefined;
-        this.current = undefined;
-        return undefined;
-      }
-      this.current = next.value;
-    }
-  }
-
-  /** Deletes up to `budget` expired records from the head; stops at the first live one. */
-  dropExpired(now: number, budget: number): void {
-    while (budget-- > 0) {
-      const entry = this.peek();
-      if (entry === undefined) return;
-      const record = entry[1];
-      const expiry = record.status === 'completed' ? record.expiresAt : record.leaseExpiresAt;
-      if (expiry > now) return;
-      this.map.delete(entry[0]);
-    }
-  }
-
-  /** Deletes the oldest record and returns it; undefined when the map is empty. */
-  deleteOldest(): R | undefined {
-    const entry = this.peek();
-    if (entry === undefined) return undefined;
-    this.map.delete(entry[0]);
-    return entry[1];
-  }
-
-  reset(): void {
-    this.cursor = undefined;
-    this.current = undefined;
   }
 }

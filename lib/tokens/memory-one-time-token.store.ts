@@ -1,3 +1,5 @@
+import { ExpiringMap } from '../core/expiring-map.js';
+import { checkWholeNumber } from '../core/options.js';
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from './one-time-token.store.js';
 
 export interface MemoryOneTimeTokenStoreOptions {
@@ -22,14 +24,12 @@ interface Entry {
  */
 export class MemoryOneTimeTokenStore implements OneTimeTokenStore {
   // Insertion order is issue order, so the head holds the oldest tokens.
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new ExpiringMap<string, Entry>((entry) => entry.expiresAt);
   readonly maxEntries: number;
 
   constructor(options: MemoryOneTimeTokenStoreOptions = {}) {
+    checkWholeNumber('MemoryOneTimeTokenStore', 'maxEntries', options.maxEntries, { example: '10_000' });
     this.maxEntries = options.maxEntries ?? 10_000;
-    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) {
-      throw new RangeError(`MemoryOneTimeTokenStore: maxEntries must be a positive integer, got ${options.maxEntries}.`);
-    }
   }
 
   /** Tokens held, live or not yet swept. */
@@ -39,18 +39,16 @@ export class MemoryOneTimeTokenStore implements OneTimeTokenStore {
 
   async save(key: string, ttl: number): Promise<boolean> {
     const now = Date.now();
-    if (this.live(key, now)) return false;
-    this.sweepHead(now);
-    if (this.entries.size >= this.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (!oldest.done) this.entries.delete(oldest.value);
-    }
+    if (this.entries.live(key, now)) return false;
+    // Bounded work per call: a few expired tokens leave from the head.
+    this.entries.sweep(now, 2);
+    if (this.entries.size >= this.maxEntries) this.entries.deleteOldest();
     this.entries.set(key, { used: false, expiresAt: now + ttl });
     return true;
   }
 
   async consume(key: string): Promise<OneTimeTokenConsumeResult> {
-    const entry = this.live(key, Date.now());
+    const entry = this.entries.live(key, Date.now());
     if (!entry) return 'unknown';
     if (entry.used) return 'already_used';
     entry.used = true;
@@ -66,22 +64,5 @@ export class MemoryOneTimeTokenStore implements OneTimeTokenStore {
   /** Drops every token (tests). */
   clear(): void {
     this.entries.clear();
-  }
-
-  private live(key: string, now: number): Entry | undefined {
-    const entry = this.entries.get(key);
-    if (!entry) return undefined;
-    if (entry.expiresAt > now) return entry;
-    this.entries.delete(key);
-    return undefined;
-  }
-
-  /** Bounded work per call: drops a few expired tokens from the head. */
-  private sweepHead(now: number): void {
-    let budget = 2;
-    for (const [key, entry] of this.entries) {
-      if (entry.expiresAt > now || budget-- === 0) break;
-      this.entries.delete(key);
-    }
   }
 }

@@ -16,6 +16,7 @@ export class OneTimeTokenMissingError extends IdempotencyError {
       400,
       `This operation requires a one-time token, and none was found in ${source}.`,
       `Request a token first (for example by loading the form), then send it in ${source}.`,
+      { title: 'One-time token missing' },
     );
   }
 }
@@ -28,6 +29,7 @@ export class OneTimeTokenUsedError extends IdempotencyError {
       409,
       'This one-time token has already been used: the operation was submitted before.',
       'Do not submit again; check the result of the first submission. To do it once more, request a new token.',
+      { title: 'One-time token already used' },
     );
   }
 }
@@ -40,6 +42,7 @@ export class OneTimeTokenInvalidError extends IdempotencyError {
       422,
       'This one-time token is not valid: it has expired, was never issued, or was issued for another operation.',
       'Request a new token (for example by reloading the form) and submit again.',
+      { title: 'One-time token invalid' },
     );
   }
 }

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { IdempotencyConfigurationError } from '../core/errors.js';
 import { storageKeyOf } from '../core/hash.js';
 import { MAX_KEY_LENGTH } from '../core/key.js';
+import { checkWholeNumber } from '../core/options.js';
 import { MemoryOneTimeTokenStore } from './memory-one-time-token.store.js';
 import { OneTimeTokenInvalidError, OneTimeTokenUsedError } from './one-time-token.errors.js';
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from './one-time-token.store.js';
@@ -42,12 +44,14 @@ export class OneTimeTokenService {
 
   constructor(options: OneTimeTokenServiceOptions = {}) {
     this.store = options.store ?? new MemoryOneTimeTokenStore();
-    this.ttl = positiveMs(options.ttl ?? DEFAULT_ONE_TIME_TOKEN_TTL, 'ttl');
+    checkWholeNumber('OneTimeTokenService', 'ttl', options.ttl, { unit: 'ms', example: '900_000' });
+    this.ttl = options.ttl ?? DEFAULT_ONE_TIME_TOKEN_TTL;
   }
 
   /** A new token (43 URL-safe characters, 256 random bits) valid once within `scope`. */
   async issue(scope: string = DEFAULT_ONE_TIME_TOKEN_SCOPE, options: IssueOneTimeTokenOptions = {}): Promise<string> {
-    const ttl = positiveMs(options.ttl ?? this.ttl, 'ttl');
+    checkWholeNumber('OneTimeTokenService.issue', 'ttl', options.ttl, { unit: 'ms', example: '600_000' });
+    const ttl = options.ttl ?? this.ttl;
     for (let attempt = 0; attempt < 3; attempt++) {
       const token = randomBytes(32).toString('base64url');
       if (await this.store.save(this.keyOf(scope, token), ttl)) return token;
@@ -84,7 +88,12 @@ export class OneTimeTokenService {
   }
 
   private keyOf(scope: string, token: string): string {
-    if (typeof scope !== 'string') throw new TypeError(`OneTimeTokenService: scope must be a string, got ${typeof scope}.`);
+    if (typeof scope !== 'string') {
+      throw new IdempotencyConfigurationError(
+        `OneTimeTokenService: scope must be a string, got ${typeof scope}.`,
+        'Pass the operation the token is for, e.g. `checkout:${user.id}`, or omit it for the default scope.',
+      );
+    }
     // Hashed: raw tokens never become store keys, and scopes cannot collide.
     return storageKeyOf('one-time-token:' + scope, token);
   }
@@ -92,10 +101,4 @@ export class OneTimeTokenService {
 
 function isWellFormed(token: unknown): token is string {
   return typeof token === 'string' && token.length > 0 && token.length <= MAX_KEY_LENGTH;
-}
-
-function positiveMs(value: number, name: string): number {
-  if (!Number.isFinite(value) || value <= 0)
-    throw new RangeError(`OneTimeTokenService: ${name} must be a positive number of ms, got ${value}.`);
-  return value;
 }

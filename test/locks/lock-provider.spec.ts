@@ -11,6 +11,7 @@ import {
   type LockProvider,
 } from '../../lib/locks/index.js';
 import { RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
+import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -227,7 +228,19 @@ describe.each(providers)('%s', (_name, makeProvider) => {
 
   it('rejects nonsensical arguments with a hint', async () => {
     await expect(locks.acquire('', { ttl: 1_000 })).rejects.toThrow(/resource must be a non-empty string/);
-    await expect(locks.acquire('r', { ttl: 0 })).rejects.toThrow(/ttl must be a positive number/);
+    await expect(locks.acquire('', { ttl: 1_000 })).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(locks.acquire('r', { ttl: 0 })).rejects.toThrow(/ttl must be a whole number of milliseconds above 0/);
+    await expect(locks.acquire('r', { ttl: 0 })).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(locks.acquire('r', {} as never)).rejects.toThrow(/ttl is required/);
     await expect(withLock(locks, 'r', async () => 1, { waitTimeout: -1 })).rejects.toThrow(/waitTimeout must be/);
+    await expect(withLock(locks, 'r', async () => 1, { waitTimeout: -1 })).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(withLock(locks, 'r', async () => 1, { ttl: 1.5 })).rejects.toThrow(/withLock: ttl must be a whole number of milliseconds/);
+  });
+});
+
+describe('lock errors', () => {
+  it('carry their own title and code', () => {
+    expect(new LockNotAcquiredError('r', 100)).toMatchObject({ title: 'Lock not acquired', code: LockErrorCode.NotAcquired, status: 409 });
+    expect(new LockLostError('r')).toMatchObject({ title: 'Lock lost', code: LockErrorCode.Lost, status: 409 });
   });
 });

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
+import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
 import { RedisOneTimeTokenStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import {
   MemoryOneTimeTokenStore,
   OneTimeTokenErrorCode,
   OneTimeTokenInvalidError,
+  OneTimeTokenMissingError,
   OneTimeTokenService,
   OneTimeTokenUsedError,
   type OneTimeTokenStore,
@@ -115,7 +117,31 @@ describe('MemoryOneTimeTokenStore bounds', () => {
   });
 
   it('rejects nonsensical options with a hint', () => {
-    expect(() => new MemoryOneTimeTokenStore({ maxEntries: 0 })).toThrow(/maxEntries must be a positive integer/);
-    expect(() => new OneTimeTokenService({ ttl: -1 })).toThrow(/ttl must be a positive number/);
+    expect(() => new MemoryOneTimeTokenStore({ maxEntries: 0 })).toThrow(IdempotencyConfigurationError);
+    expect(() => new MemoryOneTimeTokenStore({ maxEntries: 0 })).toThrow(
+      /MemoryOneTimeTokenStore: maxEntries must be a whole number above 0/,
+    );
+    expect(() => new OneTimeTokenService({ ttl: -1 })).toThrow(IdempotencyConfigurationError);
+    expect(() => new OneTimeTokenService({ ttl: -1 })).toThrow(/OneTimeTokenService: ttl must be a whole number of milliseconds above 0/);
+  });
+
+  it('refuses a fractional ttl and a scope that is not a string, as configuration errors', async () => {
+    const service = new OneTimeTokenService();
+    await expect(service.issue('s', { ttl: 1.5 })).rejects.toThrow(
+      /OneTimeTokenService\.issue: ttl must be a whole number of milliseconds/,
+    );
+    await expect(service.consume(42 as never, 'token')).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(service.consume(42 as never, 'token')).rejects.toThrow(/scope must be a string, got number/);
+  });
+});
+
+describe('one-time token errors', () => {
+  it('carry their own title and code', () => {
+    expect(new OneTimeTokenMissingError('the x-token header')).toMatchObject({
+      title: 'One-time token missing',
+      code: OneTimeTokenErrorCode.Missing,
+    });
+    expect(new OneTimeTokenUsedError()).toMatchObject({ title: 'One-time token already used', code: OneTimeTokenErrorCode.Used });
+    expect(new OneTimeTokenInvalidError()).toMatchObject({ title: 'One-time token invalid', code: OneTimeTokenErrorCode.Invalid });
   });
 });

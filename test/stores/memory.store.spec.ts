@@ -1,5 +1,6 @@
-import { MemoryIdempotencyStore } from '../lib/stores/memory.store.js';
-import { describeStoreContract } from '../lib/testing/store-contract.js';
+import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
+import { MemoryIdempotencyStore } from '../../lib/stores/memory.store.js';
+import { describeStoreContract } from '../../lib/testing/store-contract.js';
 
 describeStoreContract('MemoryIdempotencyStore', async () => ({ store: new MemoryIdempotencyStore() }));
 
@@ -32,7 +33,34 @@ describe('MemoryIdempotencyStore bounds', () => {
     expect((await store.get('b'))?.status).toBe('in_progress');
   });
 
+  it('reports evicting an unexpired result, oldest first, and survives a faulty listener', async () => {
+    const store = new MemoryIdempotencyStore({ maxEntries: 2 });
+    const events: { type: string; key: string }[] = [];
+    store.addEventListener(() => {
+      throw new Error('faulty listener');
+    });
+    const stop = store.addEventListener((event) => events.push(event));
+    for (const k of ['a', 'b']) {
+      await store.claim(k, { token: 't', leaseTtl: 10_000 });
+      await store.complete(k, 't', { result: k, ttl: 60_000 });
+    }
+    expect((await store.claim('c', { token: 't', leaseTtl: 10_000 })).claimed).toBe(true);
+    expect(events).toEqual([expect.objectContaining({ type: 'evicted_before_expiry', key: 'a' })]);
+    expect(await store.get('b')).toMatchObject({ status: 'completed' });
+    stop();
+    await store.complete('c', 't', { result: 'c', ttl: 60_000 });
+    await store.claim('d', { token: 't', leaseTtl: 10_000 });
+    expect(events).toHaveLength(1);
+    expect(await store.get('b')).toBeUndefined();
+  });
+
   it('rejects a nonsensical maxEntries with a hint', () => {
-    expect(() => new MemoryIdempotencyStore({ maxEntries: 0 })).toThrow(/maxEntries must be a positive integer/);
+    expect(() => new MemoryIdempotencyStore({ maxEntries: 0 })).toThrow(IdempotencyConfigurationError);
+    expect(() => new MemoryIdempotencyStore({ maxEntries: 0 })).toThrow(
+      /MemoryIdempotencyStore: maxEntries must be a whole number above 0/,
+    );
+    expect(() => new MemoryIdempotencyStore({ maxEntries: 1.5 })).toThrow(
+      /maxEntries must be a whole number above 0, got 1\.5\. Write maxEntries: /,
+    );
   });
 });
