@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import request from 'supertest';
-import { IdempotencyHealthIndicator } from '../../lib/health/index.js';
+import { IdempotencyHealthIndicator } from '../../lib/terminus/index.js';
 import { IdempotencyModule, type IdempotencyStore } from '../../lib/index.js';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 
