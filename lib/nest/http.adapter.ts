@@ -1,8 +1,6 @@
-import * as nestCommon from '@nestjs/common';
 import { HttpException, type ExecutionContext } from '@nestjs/common';
 import {
   IdempotencyConfigurationError,
-  IdempotencyInFlightError,
   IdempotencyKeyInvalidError,
   parseIdempotencyKeyHeader,
   IdempotencyNotReplayableError,
@@ -15,20 +13,8 @@ import {
 } from '../core/index.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { identityOf } from './principal.js';
-import { PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
+import { setHeader, toProblemHttpException, type HttpResponseLike } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
-
-/** The parts of an Express response or a Fastify reply this adapter uses. */
-export interface HttpResponseLike {
-  statusCode: number;
-  headersSent?: boolean;
-  sent?: boolean;
-  raw?: { headersSent?: boolean };
-  status(code: number): unknown;
-  getHeaders(): Record<string, number | string | string[] | undefined>;
-  setHeader?(name: string, value: string | string[]): unknown;
-  header?(name: string, value: string | string[]): unknown;
-}
 
 interface HttpRequestLike {
   method?: string;
@@ -52,13 +38,6 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'last-modified',
   'link',
 ];
-
-/**
- * NestJS 11's Express adapter rewrites any error Content-Type not starting with
- * `application/json` (and logs a warning each time), so there the problem body goes out
- * as `application/json`. NestJS 12 (which added Standard Schema support) keeps `+json`.
- */
-const EXPRESS_KEEPS_PROBLEM_JSON = 'StandardSchemaValidationPipe' in nestCommon;
 
 /** Express and Fastify, told apart by the reply's shape. */
 export class HttpTransportAdapter implements TransportAdapter {
@@ -176,18 +155,6 @@ export class HttpTransportAdapter implements TransportAdapter {
 }
 
 /**
- * The HttpException that answers one of this library's errors as a problem body, with
- * its headers (Content-Type where the platform keeps it, Retry-After when in flight) set
- * on the response. Shared by the interceptor and the one-time-token guard.
- */
-export function toProblemHttpException(response: HttpResponseLike, error: IdempotencyError): HttpException {
-  if (EXPRESS_KEEPS_PROBLEM_JSON || isFastifyReply(response)) setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
-  const retryAfterMs = (error as Partial<IdempotencyInFlightError>).retryAfterMs;
-  if (retryAfterMs) setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
-  return new HttpException(problemOf(error), error.status, { cause: error });
-}
-
-/**
  * The request and response, read the way `switchToHttp()` reads them (arguments 0 and 1)
  * without its per-call closures: these run several times on every request.
  */
@@ -201,15 +168,6 @@ function responseOf(context: ExecutionContext): HttpResponseLike {
   return typeof context.getArgByIndex === 'function'
     ? context.getArgByIndex<HttpResponseLike>(1)
     : context.switchToHttp().getResponse<HttpResponseLike>();
-}
-
-function isFastifyReply(response: HttpResponseLike): boolean {
-  return typeof response.header === 'function' && response.raw !== undefined;
-}
-
-function setHeader(response: HttpResponseLike, name: string, value: string | string[]): void {
-  if (isFastifyReply(response)) response.header!(name, value);
-  else response.setHeader?.(name, value);
 }
 
 function asHttpException(error: unknown): HttpException | undefined {

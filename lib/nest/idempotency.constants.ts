@@ -5,5 +5,5 @@ export const IDEMPOTENCY_SERVICE = Symbol.for('nestjs-idempotency:service');
 export const IDEMPOTENT_METADATA = 'nestjs-idempotency:idempotent';
 /** Response header set on every replayed answer. */
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
-/** The interceptor instance `@Idempotent()`'s method wrapper calls into (provided by IdempotencyModule). */
-export const IDEMPOTENCY_INTERCEPTOR = Symbol.for('nestjs-idempotency:interceptor');
+/** The `IdempotencyRuntime` `@Idempotent()`'s method wrapper calls into (provided by IdempotencyModule). */
+export const IDEMPOTENCY_RUNTIME = Symbol.for('nestjs-idempotency:runtime');

@@ -2,11 +2,11 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IdempotencyConfigurationError, isIdempotencyError, type IdempotencyStore } from '../core/index.js';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import type { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport } from './idempotency.validation.js';
-import { INTERCEPTOR_PROPERTY } from './internal.js';
+import type { IdempotencyRuntime } from './idempotency.runtime.js';
+import { RUNTIME_PROPERTY } from './internal.js';
 import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
 
 /**
@@ -58,8 +58,8 @@ export class IdempotencyExplorer implements OnModuleInit {
         }
         // Request-scoped and transient classes get their properties per request: only static ones can be checked here.
         const isStatic = wrapper.isDependencyTreeStatic();
-        const interceptor = instance[INTERCEPTOR_PROPERTY] as IdempotencyInterceptor | undefined;
-        if (!interceptor && isStatic) {
+        const runtime = instance[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
+        if (!runtime && isStatic) {
           throw this.report(
             handler,
             new IdempotencyConfigurationError(
@@ -69,7 +69,7 @@ export class IdempotencyExplorer implements OnModuleInit {
           );
         }
         // Handlers served by another IdempotencyModule instance are that module's to check.
-        if (interceptor && interceptor.service !== this.service) continue;
+        if (runtime && runtime.service !== this.service) continue;
         const merged = mergeHandlerOptions(this.service.options, options);
         const store = merged.store ?? this.service.store;
         try {

@@ -1,7 +1,7 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { IdempotencyStore } from '../core/index.js';
-import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
+import { IdempotencyConfigurationError, IdempotencyStore } from '../core/index.js';
+import { IDEMPOTENCY_RUNTIME, IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
 import {
   ConfigurableIdempotencyModule,
   IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
@@ -9,6 +9,7 @@ import {
 } from './idempotency.module-definition.js';
 import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { IdempotencyRuntime } from './idempotency.runtime.js';
 import { IdempotencyService } from './idempotency.service.js';
 
 /**
@@ -22,10 +23,11 @@ import { IdempotencyService } from './idempotency.service.js';
     IdempotencyService,
     { provide: IDEMPOTENCY_SERVICE, useExisting: IdempotencyService },
     { provide: IdempotencyStore, useFactory: (service: IdempotencyService) => service.store, inject: [IdempotencyService] },
+    { provide: IdempotencyRuntime, useFactory: runtimeOf, inject: [IdempotencyService] },
+    { provide: IDEMPOTENCY_RUNTIME, useExisting: IdempotencyRuntime },
     IdempotencyInterceptor,
-    { provide: IDEMPOTENCY_INTERCEPTOR, useExisting: IdempotencyInterceptor },
   ],
-  exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyInterceptor, IDEMPOTENCY_INTERCEPTOR],
+  exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyRuntime, IDEMPOTENCY_RUNTIME, IdempotencyInterceptor],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {
   /** With no options: a process-local memory store and the defaults of every option. */
@@ -37,4 +39,16 @@ export class IdempotencyModule extends ConfigurableIdempotencyModule {
   static override forRootAsync(options: typeof IDEMPOTENCY_ASYNC_OPTIONS_TYPE): DynamicModule {
     return super.forRootAsync(options);
   }
+}
+
+/** The module's runtime: the `runtime` option's class (hooks of your own), else the library's. */
+function runtimeOf(service: IdempotencyService): IdempotencyRuntime {
+  const Runtime = service.options.runtime ?? IdempotencyRuntime;
+  if (Runtime !== IdempotencyRuntime && !(typeof Runtime === 'function' && Runtime.prototype instanceof IdempotencyRuntime)) {
+    throw new IdempotencyConfigurationError(
+      `IdempotencyModule.forRoot(): runtime must be a class that extends IdempotencyRuntime, got ${typeof Runtime === 'function' ? Runtime.name || 'a function' : typeof Runtime}.`,
+      'Pass runtime: class MyRuntime extends IdempotencyRuntime { ... }, or leave it out.',
+    );
+  }
+  return new Runtime(service);
 }

@@ -1,5 +1,7 @@
 import type { ExecutionContext, LoggerService } from '@nestjs/common';
 import type { IdempotencyEventListener, IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
+import type { IdempotencyRuntime } from './idempotency.runtime.js';
+import type { IdempotencyService } from './idempotency.service.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -150,4 +152,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default new Logger('Idempotency')
    */
   logger?: LoggerService | false;
+  /**
+   * A subclass of `IdempotencyRuntime` whose hooks (`resolveKey`, `resolveOperation`,
+   * `resolvePrincipal`, `fingerprintMaterial`) derive keys, scopes and fingerprints your
+   * own way, for every `@Idempotent()` handler of the module.
+   * @default IdempotencyRuntime
+   */
+  runtime?: new (service: IdempotencyService) => IdempotencyRuntime;
 }

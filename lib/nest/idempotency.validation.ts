@@ -142,7 +142,7 @@ export function mergeHandlerOptions(
   moduleOptions: Readonly<IdempotencyModuleOptions>,
   handlerOptions: IdempotentOptions,
 ): IdempotentOptions & Record<string, unknown> {
-  const { onEvent: _onEvent, enabled: _enabled, logger: _logger, ...moduleDefaults } = moduleOptions;
+  const { onEvent: _onEvent, enabled: _enabled, logger: _logger, runtime: _runtime, ...moduleDefaults } = moduleOptions;
   const options: Record<string, unknown> = { ...moduleDefaults };
   for (const [name, value] of Object.entries(handlerOptions)) if (value !== undefined) options[name] = value;
   return options as IdempotentOptions & Record<string, unknown>;

@@ -1,13 +1,12 @@
 import { Inject, Optional, SetMetadata, createParamDecorator, type ExecutionContext } from '@nestjs/common';
+// Shared by HTTP and microservice handlers; `.js` so that Node's ESM loader finds it on Nest 11 (no exports map) and 12.
+import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { IdempotencyConfigurationError } from '../core/index.js';
-import { IDEMPOTENCY_INTERCEPTOR, IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import type { IdempotencyInterceptor } from './idempotency.interceptor.js';
-import { INTERCEPTOR_PROPERTY } from './internal.js';
-import { refuseWithoutModule } from './unconfigured.js';
+import { IDEMPOTENCY_RUNTIME, IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './idempotency.options.js';
-
-/** Nest's parameter metadata key (`ROUTE_ARGS_METADATA`), stable since Nest 5 and shared by HTTP and microservices. */
-const ROUTE_ARGS_METADATA = '__routeArguments__';
+import type { IdempotencyRuntime } from './idempotency.runtime.js';
+import { RUNTIME_PROPERTY } from './internal.js';
+import { refuseWithoutModule } from './unconfigured.js';
 /** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
 const WRAPPED = Symbol.for('nestjs-idempotency:wrapped');
 
@@ -63,9 +62,9 @@ export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
       // arguments, which adding the context parameter replaced by empty slots.
       if (!hasParamDecorators && context.getType() !== 'http') args = context.getArgs();
       else args.length = contextIndex;
-      const interceptor = this?.[INTERCEPTOR_PROPERTY] as IdempotencyInterceptor | undefined;
-      if (!interceptor) return refuseWithoutModule(context);
-      return interceptor.runHandler(context, options, () => original.apply(this, args));
+      const runtime = this?.[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
+      if (!runtime) return refuseWithoutModule(context);
+      return runtime.handle(context, options, () => original.apply(this, args));
     };
     wrapper[WRAPPED] = true;
     Object.defineProperty(wrapper, 'name', { value: original.name });
@@ -79,15 +78,15 @@ export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
     Object.defineProperty(target, propertyKey, descriptor);
 
     CurrentExecutionContext()(target, propertyKey, contextIndex);
-    injectInterceptor(target);
+    injectRuntime(target);
     SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey, descriptor);
     return descriptor;
   };
 }
 
-/** Property injection of the module's interceptor into the controller (Nest keeps one entry per property). */
-function injectInterceptor(target: object): void {
-  Inject(IDEMPOTENCY_INTERCEPTOR)(target, INTERCEPTOR_PROPERTY);
+/** Property injection of the module's runtime into the controller (Nest keeps one entry per property). */
+function injectRuntime(target: object): void {
+  Inject(IDEMPOTENCY_RUNTIME)(target, RUNTIME_PROPERTY);
   // Optional: without IdempotencyModule the request fails with a message that says so.
-  Optional()(target, INTERCEPTOR_PROPERTY);
+  Optional()(target, RUNTIME_PROPERTY);
 }

@@ -3,6 +3,7 @@ export * from './idempotency.options.js';
 export * from './idempotency.module.js';
 export * from './idempotent.decorator.js';
 export * from './idempotency.interceptor.js';
+export { IdempotencyRuntime } from './idempotency.runtime.js';
 export * from './idempotency.service.js';
 export * from './transport.adapter.js';
 export * from './http.adapter.js';

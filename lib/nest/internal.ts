@@ -1,2 +1,2 @@
-/** The controller property `@Idempotent()` has the module's interceptor injected into (not exported from the package). */
-export const INTERCEPTOR_PROPERTY = '__nestjsIdempotencyInterceptor';
+/** The controller property `@Idempotent()` has the module's runtime injected into (not exported from the package). */
+export const RUNTIME_PROPERTY = '__nestjsIdempotencyRuntime';

@@ -1,10 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
+// `.js` so that Node's ESM loader finds it on Nest 11 (no exports map) and 12.
+import { METHOD_METADATA, PATH_METADATA, VERSION_METADATA } from '@nestjs/common/constants.js';
 import { canonicalJson } from '../core/index.js';
 
-// Nest's metadata keys, stable across Nest 8-12 (strings, so no import of private constants).
-const PATH_METADATA = 'path';
-const METHOD_METADATA = 'method';
-const VERSION_METADATA = '__version__';
+// @nestjs/microservices is an optional peer, so its metadata keys (stable since Nest 8)
+// are written out rather than imported: an HTTP-only application need not install it.
 const PATTERN_METADATA = 'microservices:pattern';
 const TRANSPORT_METADATA = 'microservices:transport';
 /** Nest's Transport enum, by value. */

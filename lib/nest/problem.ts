@@ -1,4 +1,6 @@
-import type { IdempotencyError } from '../core/index.js';
+import * as nestCommon from '@nestjs/common';
+import { HttpException } from '@nestjs/common';
+import type { IdempotencyError, IdempotencyInFlightError } from '../core/index.js';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -14,15 +16,23 @@ export interface IdempotencyProblem {
   readonly hint: string;
 }
 
+/** The parts of an Express response or a Fastify reply that problem rendering and replay use. */
+export interface HttpResponseLike {
+  statusCode: number;
+  headersSent?: boolean;
+  sent?: boolean;
+  raw?: { headersSent?: boolean };
+  status(code: number): unknown;
+  getHeaders(): Record<string, number | string | string[] | undefined>;
+  setHeader?(name: string, value: string | string[]): unknown;
+  header?(name: string, value: string | string[]): unknown;
+}
+
+/**
+ * Titles of the codes whose classes may not pass a title yet (an error from an older
+ * copy of this package, in the same process, has none at all).
+ */
 const TITLES: Record<string, string> = {
-  IDEMPOTENCY_KEY_MISSING: 'Idempotency key missing',
-  IDEMPOTENCY_KEY_INVALID: 'Idempotency key invalid',
-  IDEMPOTENCY_FINGERPRINT_MISMATCH: 'Idempotency key reused with a different request',
-  IDEMPOTENCY_REQUEST_IN_FLIGHT: 'Request with this idempotency key in progress',
-  IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE: 'Response not replayable',
-  IDEMPOTENCY_STORE_UNAVAILABLE: 'Idempotency store unavailable',
-  IDEMPOTENCY_CONFIGURATION_ERROR: 'Idempotency misconfigured',
-  IDEMPOTENCY_REQUEST_INVALID: 'Request cannot be processed idempotently',
   IDEMPOTENCY_TOKEN_MISSING: 'One-time token missing',
   IDEMPOTENCY_TOKEN_USED: 'One-time token already used',
   IDEMPOTENCY_TOKEN_INVALID: 'One-time token invalid',
@@ -31,6 +41,12 @@ const TITLES: Record<string, string> = {
   IDEMPOTENCY_OPTIMISTIC_LOCK: 'Concurrent update',
   IDEMPOTENCY_ILLEGAL_TRANSITION: 'Illegal state transition',
 };
+
+/** An error's own title; a class that passes none gets its class name as title, which is no title for a client. */
+function titleOf(error: IdempotencyError): string {
+  const own = (error as Partial<IdempotencyError>).title;
+  return own && own !== error.name ? own : (TITLES[error.code] ?? own ?? error.name);
+}
 
 /**
  * What a client may read of an error. A store error's message carries its cause (host
@@ -43,10 +59,39 @@ function publicDetailOf(error: IdempotencyError): string {
 export function problemOf(error: IdempotencyError): IdempotencyProblem {
   return {
     type: `urn:nestjs-idempotency:error:${error.code}`,
-    title: TITLES[error.code] ?? error.name,
+    title: titleOf(error),
     status: error.status,
     detail: publicDetailOf(error),
     code: error.code,
     hint: error.hint,
   };
+}
+
+/**
+ * NestJS 11's Express adapter rewrites any error Content-Type not starting with
+ * `application/json` (and logs a warning each time), so there the problem body goes out
+ * as `application/json`. NestJS 12 (which added Standard Schema support) keeps `+json`.
+ */
+const EXPRESS_KEEPS_PROBLEM_JSON = 'StandardSchemaValidationPipe' in nestCommon;
+
+/**
+ * The HttpException that answers one of this library's errors as a problem body, with
+ * its headers (Content-Type where the platform keeps it, Retry-After when in flight) set
+ * on the response. The one renderer of HTTP problems: `@Idempotent()` and
+ * `@RequireOneTimeToken()` answer alike.
+ */
+export function toProblemHttpException(response: HttpResponseLike, error: IdempotencyError): HttpException {
+  if (EXPRESS_KEEPS_PROBLEM_JSON || isFastifyReply(response)) setHeader(response, 'Content-Type', PROBLEM_CONTENT_TYPE);
+  const retryAfterMs = (error as Partial<IdempotencyInFlightError>).retryAfterMs;
+  if (retryAfterMs) setHeader(response, 'Retry-After', String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
+  return new HttpException(problemOf(error), error.status, { cause: error });
+}
+
+export function isFastifyReply(response: HttpResponseLike): boolean {
+  return typeof response.header === 'function' && response.raw !== undefined;
+}
+
+export function setHeader(response: HttpResponseLike, name: string, value: string | string[]): void {
+  if (isFastifyReply(response)) response.header!(name, value);
+  else response.setHeader?.(name, value);
 }

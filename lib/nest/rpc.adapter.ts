@@ -107,6 +107,10 @@ export class RpcTransportAdapter implements TransportAdapter {
       : decodeError(outcome.error);
   }
 
+  prepareErrors(): Promise<unknown> {
+    return loadRpcException();
+  }
+
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown {
     // Configuration errors are logged where they are reported, rate-limited: not once per event.
     if (isEventHandler(context) && error.code !== IdempotencyErrorCode.Configuration) {

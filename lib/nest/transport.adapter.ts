@@ -16,6 +16,8 @@ export interface ResolvedHandlerConfig {
   readonly keyHeaders: readonly string[];
   /** Lower-case response headers stored and replayed. */
   readonly replayHeaders: ReadonlySet<string>;
+  /** The transport this handler is served on. */
+  readonly adapter: TransportAdapter;
 }
 
 /** How an execution ended, for transports that acknowledge messages. */
@@ -37,8 +39,8 @@ export type Settlement =
   | 'unprotected';
 
 /**
- * What differs between HTTP and each microservice transport. The interceptor owns the
- * protocol; an adapter only reads keys and turns outcomes into that transport's answers.
+ * What differs between HTTP and each microservice transport. `IdempotencyRuntime` owns
+ * the protocol; an adapter only reads keys and turns outcomes into that transport's answers.
  */
 export interface TransportAdapter {
   readonly defaultInFlight: InFlightStrategy;
@@ -65,6 +67,11 @@ export interface TransportAdapter {
   replay(context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): unknown;
   /** The error to raise for one of this library's errors (an HttpException, an RpcException). */
   toTransportError(context: ExecutionContext, error: IdempotencyError): unknown;
+  /**
+   * Loads what `toTransportError` needs where that takes a dynamic import (RpcException),
+   * for an error the handler threw. A refusal is settled as `'rejected'` first, which loads it.
+   */
+  prepareErrors?(): Promise<unknown>;
   /**
    * Runs after the outcome is settled (stored, replayed, released): where messages get
    * acknowledged. `error` is what was thrown, for `'failed'` and `'rejected'`.

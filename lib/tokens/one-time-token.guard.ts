@@ -6,7 +6,7 @@ import {
   isIdempotencyError,
   type IdempotencyError,
 } from '../core/errors.js';
-import { toProblemHttpException, type HttpResponseLike } from '../nest/http.adapter.js';
+import { toProblemHttpException, type HttpResponseLike } from '../nest/problem.js';
 import { OneTimeTokenMissingError } from './one-time-token.errors.js';
 import { DEFAULT_ONE_TIME_TOKEN_SCOPE, OneTimeTokenService } from './one-time-token.service.js';
 

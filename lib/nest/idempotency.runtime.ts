@@ -1,0 +1,430 @@
+import type { ExecutionContext } from '@nestjs/common';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyErrorCode,
+  IdempotencyKeyMissingError,
+  IdempotencyStoreUnavailableError,
+  deserializeOutcome,
+  fingerprintOf,
+  isIdempotencyError,
+  isTransactionalStore,
+  normalizeIdempotencyKey,
+  serializeOutcome,
+  storageKeyOf,
+  type ExecutionRequest,
+  type IdempotencyError,
+  type Lease,
+  type StoredOutcome,
+} from '../core/index.js';
+import type { HandlerCall, ObservableHandlerCall } from './handler-call.js';
+import { DirectHandlerCall } from './handler-call.js';
+import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
+import type { IdempotentOptions } from './idempotency.options.js';
+import { scopeOf, type IdempotencyService } from './idempotency.service.js';
+import { mergeHandlerOptions, validateIdempotentOptions } from './idempotency.validation.js';
+import { operationOf } from './operation.js';
+import { principalOf } from './principal.js';
+import { RpcTransportAdapter } from './rpc.adapter.js';
+import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
+import { refuseUnconfigured } from './unconfigured.js';
+
+type Principal = string | number | undefined | null;
+
+/** How the protocol derives a request's key, scope and fingerprint (see the hooks of `IdempotencyRuntime`). */
+export interface IdempotencyHooks {
+  resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown;
+  resolveOperation(context: ExecutionContext, config: ResolvedHandlerConfig): string;
+  resolvePrincipal(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Principal | Promise<Principal>;
+  fingerprintMaterial(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown;
+}
+
+/**
+ * Requests (messages) whose protocol an `IdempotencyInterceptor` runs, so that the
+ * method wrapper underneath it, or a second registration of the interceptor, calls
+ * straight through. A set rather than a mark on the object: requests and transport
+ * contexts belong to the framework (a property would change their shape, and a frozen
+ * one refuses it), and one set serves every IdempotencyModule instance in the process.
+ */
+const running = new WeakSet<object>();
+
+/**
+ * Chosen for the engine's policy when `cacheErrors` is set: the runtime asks the user's
+ * `cacheErrors` once per failure and calls `lease.fail()` only for the errors it selects.
+ */
+const SELECTED_BY_RUNTIME = (): boolean => true;
+
+/**
+ * The idempotency protocol of `@Idempotent()` handlers (prepare the key, admit, run,
+ * settle, replay), one per IdempotencyModule. Both entry points are thin adapters onto
+ * it: `@Idempotent()`'s method wrapper (the default, which spares every request Nest's
+ * interceptor pipeline) and `IdempotencyInterceptor` (when registered), so both answer,
+ * settle messages and treat cancellation alike. Cancellation is the caller
+ * unsubscribing before the handler ends: the key stays leased (never released) until
+ * its lease runs out. Only the interceptor path can see one, as Nest awaits the
+ * wrapper's promise and has no way to withdraw from it.
+ *
+ * Extension hooks: `resolveKey`, `resolveOperation`, `resolvePrincipal` and
+ * `fingerprintMaterial` are protected methods. Override them in a subclass and pass it
+ * as `IdempotencyModule.forRoot({ runtime: MyRuntime })`: every `@Idempotent()` handler
+ * of that module uses them, whichever entry point serves it. (A subclass of
+ * `IdempotencyInterceptor` that overrides the same methods, registered globally, still
+ * works: its hooks apply to the requests it intercepts.)
+ *
+ * @example
+ * class TenantRuntime extends IdempotencyRuntime {
+ *   protected override resolvePrincipal(context: ExecutionContext) {
+ *     return context.switchToHttp().getRequest().headers['x-tenant-id'];
+ *   }
+ * }
+ * IdempotencyModule.forRoot({ runtime: TenantRuntime })
+ */
+export class IdempotencyRuntime {
+  /** @internal the hooks as the protocol calls them (an interceptor subclass may bring its own) */
+  readonly hooks: IdempotencyHooks;
+  protected readonly adapters: Record<string, TransportAdapter> = {
+    http: new HttpTransportAdapter(),
+    rpc: new RpcTransportAdapter(),
+  };
+  private readonly configs = new WeakMap<Function, Map<string, ResolvedHandlerConfig>>();
+
+  constructor(
+    /** @internal the module's store, engine and options */
+    readonly service: IdempotencyService,
+  ) {
+    this.hooks = {
+      resolveKey: (context, config, adapter) => this.resolveKey(context, config, adapter),
+      resolveOperation: (context, config) => this.resolveOperation(context, config),
+      resolvePrincipal: (context, config, adapter) => this.resolvePrincipal(context, config, adapter),
+      fingerprintMaterial: (context, config, adapter) => this.fingerprintMaterial(context, config, adapter),
+    };
+  }
+
+  /** The client key of this request, before validation. Override to read keys your own way. */
+  protected resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown {
+    return config.options.key ? config.options.key(context) : adapter.readKey(context, config);
+  }
+
+  /**
+   * The operation part of the scope: `POST /v1/refunds/:id` on HTTP, `rmq refund.create`
+   * for messages (see docs/concepts.md). Keys of two operations never meet.
+   */
+  protected resolveOperation(context: ExecutionContext, _config: ResolvedHandlerConfig): string {
+    return operationOf(context);
+  }
+
+  /** The principal part of the scope. Override to scope by tenant, API client, ... */
+  protected resolvePrincipal(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    adapter: TransportAdapter,
+  ): Principal | Promise<Principal> {
+    return config.options.scope ? config.options.scope(context) : adapter.principal(context);
+  }
+
+  /** What must match when a key is reused. */
+  protected fingerprintMaterial(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown {
+    const custom = config.options.fingerprint;
+    return typeof custom === 'function' ? custom(context) : adapter.fingerprintMaterial(context);
+  }
+
+  /**
+   * @internal The method wrapper's entry: runs the protocol around `invoke` (the
+   * original method), unless an interceptor already runs it for this request.
+   */
+  handle(context: ExecutionContext, options: IdempotentOptions, invoke: () => unknown): unknown {
+    const carrier = carrierOf(context);
+    if (carrier && running.has(carrier)) return invoke();
+    let config: ResolvedHandlerConfig | undefined;
+    try {
+      config = this.configFor(context, options);
+    } catch (refusal) {
+      return Promise.reject(refusal);
+    }
+    if (!config) return invoke();
+    return this.execute(context, config, new DirectHandlerCall(invoke), this.hooks);
+  }
+
+  /**
+   * @internal What a request to an `@Idempotent()` handler runs under, resolved once
+   * per handler and transport; `undefined` when it runs as if undecorated (the module is
+   * disabled, or the transport is one the library does not serve). Throws the
+   * transport's refusal when the options cannot be served.
+   */
+  configFor(context: ExecutionContext, options: IdempotentOptions): ResolvedHandlerConfig | undefined {
+    if (this.service.options.enabled === false) return undefined;
+    const handler = context.getHandler();
+    const type = context.getType();
+    let byType = this.configs.get(handler);
+    let config = byType?.get(type);
+    if (config) return config;
+    const adapter = this.adapters[type];
+    if (!adapter) return undefined;
+    try {
+      config = resolveConfig(`${context.getClass().name}.${handler.name}`, options, this.service, adapter);
+    } catch (error) {
+      throw refuseUnconfigured(context, adapter, error, this.service);
+    }
+    if (!byType) this.configs.set(handler, (byType = new Map()));
+    byType.set(type, config);
+    return config;
+  }
+
+  /**
+   * @internal The whole protocol for one request or message: what answers it (the
+   * handler's value, a replay, `NO_REPLY`), or the error to raise. This library's errors,
+   * its refusals as well as those the handler throws (`OptimisticLockError`, ...), reach
+   * the caller in the transport's form (problem body, RpcException), each settled once.
+   */
+  async execute(context: ExecutionContext, config: ResolvedHandlerConfig, call: HandlerCall, hooks: IdempotencyHooks): Promise<unknown> {
+    const adapter = config.adapter;
+    let request: ExecutionRequest | undefined;
+    try {
+      try {
+        if (adapter.admit) await adapter.admit(context, config);
+        request = await this.prepare(context, config, hooks);
+      } catch (error) {
+        // A throwing key, scope or fingerprint function still settles the message.
+        if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
+        throw error;
+      }
+      if (!request) return await this.runUnprotected(context, config, call);
+      if (config.options.transactional) return await this.runTransactional(context, config, request, call);
+      const admission = await this.service.engine.admit(request, config.policy);
+      switch (admission.kind) {
+        case 'replay':
+          if (adapter.settle) await adapter.settle(context, config, 'replayed');
+          return this.replay(context, config, admission.outcome, call);
+        case 'unprotected':
+          return await this.runUnprotected(context, config, call);
+        default:
+          return await this.runLeased(context, config, admission.lease, call);
+      }
+    } catch (error) {
+      // The handler's own errors arrive here settled already, in the form they answer in.
+      if (call.failed || call.cancelled || !isIdempotencyError(error)) throw error;
+      await adapter.settle?.(context, config, 'rejected', error);
+      throw this.transportErrorOf(context, config, error);
+    }
+  }
+
+  /**
+   * @internal The caller unsubscribed before the answer: stop the handler and keep its
+   * key leased, as its outcome is unknown (releasing it could let a retry repeat an
+   * effect that did happen).
+   */
+  cancel(context: ExecutionContext, config: ResolvedHandlerConfig, call: ObservableHandlerCall): void {
+    call.cancelled = true;
+    call.stop();
+    if (call.lease && !call.finished) this.abandon(context, config, call.lease);
+  }
+
+  private abandon(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease): void {
+    lease.abandon();
+    void config.adapter.settle?.(context, config, 'abandoned');
+  }
+
+  /** The hooks may be async; most are not, and an await costs every request a hop. */
+  private async prepare(context: ExecutionContext, config: ResolvedHandlerConfig, hooks: IdempotencyHooks): Promise<ExecutionRequest | undefined> {
+    const adapter = config.adapter;
+    let raw = hooks.resolveKey(context, config, adapter);
+    if (isThenable(raw)) raw = await raw;
+    if (raw === undefined || raw === null || raw === '') {
+      if (!config.required) return undefined;
+      throw new IdempotencyKeyMissingError(adapter.describeKeySource(config, context));
+    }
+    const clientKey = normalizeIdempotencyKey(raw);
+    let principal = hooks.resolvePrincipal(context, config, adapter);
+    if (isThenable(principal)) principal = await principal;
+    const key = storageKeyOf(scopeOf(hooks.resolveOperation(context, config), principalOf(principal, config.handlerName)), clientKey);
+    if (config.options.fingerprint === false) return { key };
+    let material = hooks.fingerprintMaterial(context, config, adapter);
+    if (isThenable(material)) material = await material;
+    return { key, fingerprint: fingerprintOf(material) };
+  }
+
+  /** A stored outcome, as the transport replays it (an HTTP replay is synchronous: no extra hop). */
+  private replay(context: ExecutionContext, config: ResolvedHandlerConfig, outcome: StoredOutcome, call: HandlerCall): unknown {
+    const answer = config.adapter.replay(context, outcome, config);
+    if (isThenable(answer)) return Promise.resolve(answer).then((value) => (value === NO_REPLY ? call.noReply : value));
+    return answer === NO_REPLY ? call.noReply : answer;
+  }
+
+  /**
+   * Runs the handler under the lease. Its value is stored before it is passed on, so a
+   * response that reached the client is always replayable; a cancellation before the
+   * end abandons the lease instead of releasing it.
+   */
+  private async runLeased(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease, call: HandlerCall): Promise<unknown> {
+    const adapter = config.adapter;
+    call.lease = lease;
+    if (call.cancelled) {
+      // The caller left between the claim and the handler: the handler never ran, but
+      // the key is claimed; abandon it like any cancellation (the lease runs out).
+      this.abandon(context, config, lease);
+      return call.noReply;
+    }
+    let value: unknown;
+    try {
+      value = await call.run();
+    } catch (error) {
+      call.failed = true;
+      const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+      const cached = Boolean(config.options.cacheErrors?.(error));
+      try {
+        // The first caller and every replay get the same answer: the one stored here.
+        if (cached) await lease.fail(error, adapter.captureError(context, answer, config));
+        else await lease.release();
+        await adapter.settle?.(context, config, cached ? 'stored' : 'failed', error);
+      } catch {
+        // The handler's error is the answer; the lease reports its own store errors.
+      }
+      throw answer;
+    }
+    await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));
+    await adapter.settle?.(context, config, 'stored');
+    return value;
+  }
+
+  private async runTransactional(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    request: ExecutionRequest,
+    call: HandlerCall,
+  ): Promise<unknown> {
+    const adapter = config.adapter;
+    const store = config.policy.store;
+    if (!isTransactionalStore(store)) {
+      throw new IdempotencyConfigurationError(
+        `${config.handlerName} uses @Idempotent({ transactional: true }) but its store has no transactions.`,
+        'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of the module.',
+      );
+    }
+    let handlerError: { error: unknown } | undefined;
+    let outcome;
+    try {
+      outcome = await store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
+        // The handler runs inside the transaction's async context, so it can reach the EntityManager.
+        let value: unknown;
+        try {
+          value = await call.run();
+        } catch (error) {
+          handlerError = { error };
+          throw error;
+        }
+        const stored = value === NO_REPLY ? undefined : value;
+        return { value, result: serializeOutcome(adapter.captureValue(context, stored, config)) };
+      });
+    } catch (error) {
+      if (handlerError?.error === error) {
+        // Rolled back with the handler's work: nothing is stored, whatever cacheErrors says.
+        call.failed = true;
+        const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+        await adapter.settle?.(context, config, 'failed', error);
+        throw answer;
+      }
+      if (isIdempotencyError(error)) throw error;
+      // The transaction itself failed (connection lost, record statement or commit
+      // refused), so nothing committed and the client may retry (503).
+      throw new IdempotencyStoreUnavailableError(error);
+    }
+    if (outcome.kind === 'executed') {
+      await adapter.settle?.(context, config, 'stored');
+      return outcome.value;
+    }
+    await adapter.settle?.(context, config, 'replayed');
+    return this.replay(context, config, deserializeOutcome(outcome.result), call);
+  }
+
+  /**
+   * A handler that runs without a lease (no key under `required: false`, or a store
+   * failure under fail-open) is settled once it has ended, so a message is
+   * acknowledged after its work and never before it.
+   */
+  private async runUnprotected(context: ExecutionContext, config: ResolvedHandlerConfig, call: HandlerCall): Promise<unknown> {
+    const adapter = config.adapter;
+    if (!adapter.settle) return call.run();
+    let value: unknown;
+    try {
+      value = await call.run();
+    } catch (error) {
+      call.failed = true;
+      const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+      await adapter.settle(context, config, 'failed', error);
+      throw answer;
+    }
+    await adapter.settle(context, config, 'unprotected');
+    return value;
+  }
+
+  /**
+   * What the caller gets when the handler throws one of this library's errors (from
+   * locks, tokens, optimistic updates): its transport's form, as for a refusal. Any
+   * other error reaches the application's exception filters as it is.
+   */
+  private async answerOf(context: ExecutionContext, config: ResolvedHandlerConfig, error: IdempotencyError): Promise<unknown> {
+    if (config.adapter.prepareErrors) await config.adapter.prepareErrors();
+    return this.transportErrorOf(context, config, error);
+  }
+
+  private transportErrorOf(context: ExecutionContext, config: ResolvedHandlerConfig, error: IdempotencyError): unknown {
+    if (error.code === IdempotencyErrorCode.Configuration) this.service.reportConfigurationError(config.handlerName, error);
+    return config.adapter.toTransportError(context, error);
+  }
+}
+
+/**
+ * Marks the request (message) as served by an interceptor. False when one already
+ * serves it (a global registration plus a method-level one).
+ */
+export function claimForInterceptor(context: ExecutionContext): boolean {
+  const owner = carrierOf(context) ?? context;
+  if (running.has(owner)) return false;
+  running.add(owner);
+  return true;
+}
+
+/** The object that stands for one request or message: the HTTP request, the transport's message context. */
+function carrierOf(context: ExecutionContext): object | undefined {
+  const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
+  if (!args) return undefined;
+  const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
+  return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+/** The options of one handler merged over the module's, validated, with everything a request needs precomputed. */
+function resolveConfig(
+  handlerName: string,
+  handlerOptions: IdempotentOptions,
+  service: IdempotencyService,
+  adapter: TransportAdapter,
+): ResolvedHandlerConfig {
+  const options = mergeHandlerOptions(service.options, handlerOptions);
+  validateIdempotentOptions(`@Idempotent() on ${handlerName}`, options, {
+    store: options.store ?? service.store,
+    transport: adapter instanceof HttpTransportAdapter ? 'http' : 'message',
+    own: handlerOptions,
+  });
+  const header = (options.header ?? 'Idempotency-Key').toLowerCase();
+  return {
+    handlerName,
+    options,
+    adapter,
+    required: options.required ?? true,
+    keyHeaders: header === 'x-idempotency-key' ? [header, 'idempotency-key'] : [header, 'x-idempotency-key'],
+    replayHeaders: new Set([...DEFAULT_REPLAY_HEADERS, ...(options.replayHeaders ?? []).map((h) => h.toLowerCase())]),
+    policy: service.policy(handlerName, {
+      store: options.store,
+      ttl: options.ttl,
+      leaseTtl: options.leaseTtl,
+      inFlight: options.inFlight ?? adapter.defaultInFlight,
+      waitTimeout: options.waitTimeout,
+      cacheErrors: options.cacheErrors ? SELECTED_BY_RUNTIME : undefined,
+      onStoreError: options.onStoreError,
+      maxResponseBytes: options.maxResponseBytes,
+    }),
+  };
+}
