@@ -3,6 +3,7 @@
  *
  *   npm run bench                                   # Express then Fastify, ~5 min
  *   npm run bench -- --platform express --duration 1 --rounds 1   # a quick look
+ *   BENCH_LIB=/tmp/before/lib npm run bench         # the same against another copy of lib/
  *
  * The app runs in a child process (bench/app.ts); autocannon drives it from this
  * process. Runs are interleaved (bare, store A, bare, store B, ..., bare) and every
@@ -19,6 +20,7 @@ import type { AppConfig, ChildMessage, ParentMessage } from './app.js';
 import type { FunctionsResult } from './functions.js';
 import type { MemoryBoundResult } from './memory-bound.js';
 import { median, round } from './stats.js';
+import { describeLib } from './lib.js';
 import { ALL_STORES, storeModuleReady, type StoreName } from './stores.js';
 
 export type Platform = 'express' | 'fastify';
@@ -116,6 +118,8 @@ export interface PlatformResult {
 
 export interface BenchResult {
   generatedAt: string;
+  /** Which lib was measured (see BENCH_LIB in bench/lib.ts); absent in runs from before it was recorded. */
+  lib?: string;
   machine: { node: string; cpus: number; cpuModel: string; loadAverageAtStart: number[] };
   options: Omit<BenchOptions, 'out'>;
   http: Partial<Record<Platform, PlatformResult>>;
@@ -133,6 +137,7 @@ export interface TargetCheck {
 
 const ROOT = resolve(__dirname, '..');
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
+const BENCH_LIB_OUT = join(ROOT, '.tmp', 'bench-lib.json');
 const DOCS = join(ROOT, 'docs', 'performance.md');
 const DOCS_START = '<!-- bench:results:start -->';
 const DOCS_END = '<!-- bench:results:end -->';
@@ -164,10 +169,12 @@ export function parseArgs(argv: string[]): BenchOptions {
     autoPipelining: true,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    out: DEFAULT_OUT,
+    // Figures of another lib (BENCH_LIB) must not pass for this tree's: they go to a
+    // git-ignored file, and the docs keep this tree's table.
+    out: process.env.BENCH_LIB ? BENCH_LIB_OUT : DEFAULT_OUT,
     memoryKeys: 100_000,
     memoryMaxEntries: 10_000,
-    updateDocs: true,
+    updateDocs: !process.env.BENCH_LIB,
   };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split('=', 2);
@@ -229,6 +236,8 @@ export function parseArgs(argv: string[]): BenchOptions {
             '  [--stores memory,redis,typeorm] [--cases first,replay,conflict,latency,functions,memory] [--no-auto-pipelining] [--out file]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
+            'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
+            '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
             '  [--redis-url url] [--postgres-url url]   servers of the Redis and TypeORM stores\n',
         );
         return process.exit(0);
@@ -652,6 +661,7 @@ const CASE_LABEL: Record<HttpCase, string> = {
 export function markdownReport(result: BenchResult): string {
   const lines: string[] = [];
   const o = result.options;
+  if (result.lib) lines.push(`Library: ${result.lib}`, '');
   lines.push(
     `Run ${result.generatedAt} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
     `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the bare handler measured just before and after · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
@@ -735,6 +745,7 @@ export async function runBench(
   const { out: _out, ...shown } = options;
   const result: BenchResult = {
     generatedAt: new Date().toISOString(),
+    lib: describeLib(),
     machine: { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() },
     options: shown,
     http: {},
