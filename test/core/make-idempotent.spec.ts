@@ -11,6 +11,8 @@ import {
 import Redis from 'ioredis';
 import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { freePort } from '../support/redis-servers.js';
+import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
+import { IdempotencyEngine as Engine, type ExecutionPolicy } from '../../lib/core/engine.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -216,5 +218,38 @@ describe('IdempotencyEngine leases', () => {
       expect(e.at).toBeGreaterThan(1_600_000_000_000);
       expect(e.handler).toBe('t');
     }
+  });
+});
+
+describe('numeric options of makeIdempotent and the engine', () => {
+  const store = new MemoryIdempotencyStore();
+  const wrap = (options: object) => () => makeIdempotent(async () => 1, { store, key: () => 'k', scope: 'pay', ...options });
+
+  it('refuses what is not a whole number of ms (or bytes) when wrapping, naming the function', () => {
+    expect(wrap({ ttl: 1.5 })).toThrow(IdempotencyConfigurationError);
+    expect(wrap({ ttl: 1.5 })).toThrow(/makeIdempotent\(pay\): ttl must be a whole number of milliseconds above 0, got 1\.5/);
+    expect(wrap({ leaseTtl: 0 })).toThrow(/leaseTtl must be a whole number of milliseconds above 0/);
+    expect(wrap({ waitTimeout: -1 })).toThrow(/waitTimeout must be a whole number of milliseconds 0 or more/);
+    expect(wrap({ maxResultBytes: '100' })).toThrow(/maxResultBytes must be a whole number above 0, got "100" \(a string\)/);
+    expect(wrap({ waitTimeout: 0, ttl: 1, leaseTtl: 1, maxResultBytes: 1 })).not.toThrow();
+  });
+
+  it('checks a hand-built policy before touching the store', async () => {
+    const engine = new Engine();
+    const policy: ExecutionPolicy = {
+      store,
+      ttl: 60_000,
+      leaseTtl: 10_000,
+      inFlight: 'reject',
+      waitTimeout: Number.NaN,
+      onStoreError: 'fail-closed',
+      maxResponseBytes: 1 << 20,
+    };
+    let ran = false;
+    const run = engine.execute({ key: 'engine-policy' }, policy, () => (ran = true));
+    await expect(run).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(engine.execute({ key: 'engine-policy' }, policy, () => 1)).rejects.toThrow(/IdempotencyEngine: waitTimeout must be/);
+    expect(ran).toBe(false);
+    expect(await store.get('engine-policy')).toBeUndefined();
   });
 });
