@@ -11,9 +11,8 @@ export {
   executeIdempotentTransaction,
   type IdempotentTransactionOptions,
   type IdempotentTransactionResult,
-  type IdempotentIsolationLevel,
-  type TransactionTuning,
-} from './store/transaction.js';
+} from './store/idempotent-transaction.js';
+export type { IdempotentIsolationLevel, TransactionTuning } from './store/transaction.js';
 export { getIdempotentEntityManager, findIdempotentEntityManager } from './store/transaction-context.js';
 export {
   IdempotencyRecordEntity,

@@ -1,0 +1,103 @@
+import type { DataSource, EntityManager } from 'typeorm';
+import { DEFAULT_TTL } from '../../core/defaults.js';
+import { replayValue } from '../../core/engine.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { fingerprintOf, storageKeyOf } from '../../core/hash.js';
+import { normalizeIdempotencyKey } from '../../core/key.js';
+import { checkWholeNumber } from '../../core/options.js';
+import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../../core/outcome.js';
+import type { TransactionalRequest } from '../../core/store.js';
+import { recordSqlFor } from './record-sql.js';
+import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
+
+export interface IdempotentTransactionOptions extends TransactionTuning {
+  /** The client's idempotency key (e.g. a message id); hashed with the scope, never stored raw. */
+  key: string | number;
+  /**
+   * Namespace of the keys, so two operations with equal keys stay independent.
+   * @default 'transaction'
+   */
+  scope?: string;
+  /** Retention of the stored result, ms. @default 86400000 (24 h) */
+  ttl?: number;
+  /**
+   * What identifies the request (e.g. the message body): hashed with `fingerprintOf`. The
+   * same key with other material throws `IdempotencyFingerprintMismatchError`.
+   * @default undefined (not checked)
+   */
+  fingerprint?: unknown;
+  /**
+   * Records table, `'table'` or `'schema.table'`; must match the store's when both are used.
+   * @default 'idempotency_records'
+   */
+  tableName?: string;
+}
+
+export interface IdempotentTransactionResult<T> {
+  /** The work's return value; on a replay, the stored value (JSON round-tripped). */
+  readonly value: T;
+  /** True when this call did not run the work and returned the committed result instead. */
+  readonly replayed: boolean;
+}
+
+/**
+ * Exactly-once work on PostgreSQL (or SQLite): runs `work` in ONE transaction that first
+ * inserts the idempotency record, so the business writes made through `manager` and the
+ * stored result commit together. A concurrent duplicate waits for that commit and gets
+ * the stored result; an error or a crash before commit leaves no trace, so a retry runs
+ * cleanly. The result must be JSON-serializable (duplicates get it JSON round-tripped).
+ *
+ * Do every write of the work through `manager` (or `getIdempotentEntityManager()`): writes
+ * through the DataSource run outside the transaction, and may wait for a pool connection
+ * held by a blocked duplicate.
+ *
+ * @example
+ * const refund = await runIdempotentTransaction(dataSource, { key: message.id, fingerprint: message.body }, async (manager) => {
+ *   await manager.insert(RefundRecord, { idemKey: message.id, amount });
+ *   await manager.decrement(Account, { id: accountId }, 'balance', amount);
+ *   return { refunded: amount };
+ * });
+ */
+export async function runIdempotentTransaction<T>(
+  dataSource: DataSource,
+  options: IdempotentTransactionOptions,
+  work: (manager: EntityManager) => Promise<T>,
+): Promise<T> {
+  return (await executeIdempotentTransaction(dataSource, options, work)).value;
+}
+
+/** `runIdempotentTransaction` that also tells whether the result was replayed. */
+export async function executeIdempotentTransaction<T>(
+  dataSource: DataSource,
+  options: IdempotentTransactionOptions,
+  work: (manager: EntityManager) => Promise<T>,
+): Promise<IdempotentTransactionResult<T>> {
+  if (!options || options.key === undefined || options.key === null) {
+    throw new IdempotencyConfigurationError(
+      'runIdempotentTransaction needs a key.',
+      'Pass { key: message.id } (a string unique per operation).',
+    );
+  }
+  checkWholeNumber('runIdempotentTransaction', 'ttl', options.ttl, { unit: 'ms', example: '86_400_000' });
+  checkTuning('runIdempotentTransaction', options);
+  const request: TransactionalRequest = {
+    key: storageKeyOf(options.scope ?? 'transaction', normalizeIdempotencyKey(options.key)),
+    fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),
+    ttl: options.ttl ?? DEFAULT_TTL,
+  };
+  const sql = recordSqlFor(dataSource, options.tableName, options.preparedStatements !== false);
+  const outcome = await runRecordTransaction(
+    dataSource,
+    sql,
+    request,
+    async (manager) => {
+      const value = await work(manager);
+      const reason = unstorableReason(value);
+      const result = serializeOutcome(reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) });
+      return { value, result };
+    },
+    options,
+  );
+  if (outcome.kind === 'executed') return { value: outcome.value, replayed: false };
+  return { value: replayValue(deserializeOutcome(outcome.result)) as T, replayed: true };
+}
