@@ -1,3 +1,5 @@
+import { checkWholeNumber } from '../core/options.js';
+
 /** The ioredis options that make an outage fail fast and heal by itself. */
 export interface RecommendedRedisOptions {
   enableOfflineQueue: boolean;
@@ -33,6 +35,9 @@ export interface RecommendedRedisOptionsInput {
  * const redis = new Redis({ host: 'redis', ...recommendedRedisOptions() });
  */
 export function recommendedRedisOptions(input: RecommendedRedisOptionsInput = {}): RecommendedRedisOptions {
+  checkWholeNumber('recommendedRedisOptions', 'commandTimeout', input.commandTimeout, { unit: 'ms', example: '1_000' });
+  checkWholeNumber('recommendedRedisOptions', 'connectTimeout', input.connectTimeout, { unit: 'ms', example: '2_000' });
+  checkWholeNumber('recommendedRedisOptions', 'maxReconnectDelay', input.maxReconnectDelay, { unit: 'ms', example: '1_000' });
   const maxReconnectDelay = input.maxReconnectDelay ?? 1_000;
   return {
     enableOfflineQueue: false,

@@ -29,6 +29,10 @@ describe('RedisIdempotencyStore options and durations', () => {
       /RedisIdempotencyStore: timeout must be a whole number of milliseconds 0 or more, got 2\.5/,
     );
     expect(() => new RedisIdempotencyStore(client, { timeout: 0 })).not.toThrow();
+    expect(() => recommendedRedisOptions({ commandTimeout: 0.5 })).toThrow(IdempotencyConfigurationError);
+    expect(() => recommendedRedisOptions({ maxReconnectDelay: -1 })).toThrow(
+      /recommendedRedisOptions: maxReconnectDelay must be a whole number/,
+    );
     client.disconnect();
   });
 
