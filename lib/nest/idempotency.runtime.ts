@@ -224,7 +224,11 @@ export class IdempotencyRuntime {
   }
 
   /** The hooks may be async; most are not, and an await costs every request a hop. */
-  private async prepare(context: ExecutionContext, config: ResolvedHandlerConfig, hooks: IdempotencyHooks): Promise<ExecutionRequest | undefined> {
+  private async prepare(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    hooks: IdempotencyHooks,
+  ): Promise<ExecutionRequest | undefined> {
     const adapter = config.adapter;
     let raw = hooks.resolveKey(context, config, adapter);
     if (isThenable(raw)) raw = await raw;

@@ -5,12 +5,14 @@ import {
   isTransactionalStore,
   type IdempotencyStore,
 } from '../core/index.js';
+import { checkWholeNumber, shown } from '../core/options.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency.options.js';
 
 /** Where a handler is served from, as far as boot can tell. */
 export type HandlerTransport = 'http' | 'message' | 'unknown';
 
 const DURATIONS = ['ttl', 'leaseTtl', 'waitTimeout'] as const;
+const COUNTS = ['maxResponseBytes', 'maxDeliveries'] as const;
 const STORE_METHODS = ['claim', 'complete', 'release', 'renew', 'get', 'delete'] as const;
 const FUNCTION_OPTIONS = ['key', 'scope', 'cacheErrors'] as const;
 const BOOLEAN_OPTIONS = ['required', 'transactional', 'ack'] as const;
@@ -38,23 +40,9 @@ export function validateIdempotentOptions(
   const fail = (problem: string, fix: string): never => {
     throw new IdempotencyConfigurationError(`${where}: ${problem}`, fix);
   };
-  for (const name of DURATIONS) {
-    const value = options[name];
-    if (value !== undefined && !isPositiveInteger(value)) {
-      fail(
-        `${name} must be a positive whole number of milliseconds, got ${shown(value)}.`,
-        `Give ${name} in ms as a number, e.g. ${name}: ${DURATION_EXAMPLES[name]}.`,
-      );
-    }
-  }
-  for (const name of ['maxResponseBytes', 'maxDeliveries'] as const) {
-    const value = options[name];
-    if (value !== undefined && !isPositiveInteger(value))
-      fail(
-        `${name} must be a positive whole number, got ${shown(value)}.`,
-        `Give ${name} as an integer above 0, or leave it out for the default.`,
-      );
-  }
+  // The library's one rule for durations and counts, so these read as they do everywhere else.
+  for (const name of DURATIONS) checkWholeNumber(where, name, options[name], { unit: 'ms', example: DURATION_EXAMPLES[name] });
+  for (const name of COUNTS) checkWholeNumber(where, name, options[name]);
   for (const name of BOOLEAN_OPTIONS) {
     const value = options[name];
     if (value !== undefined && typeof value !== 'boolean')
@@ -126,15 +114,6 @@ export function validateIdempotentOptions(
       'Remove ack from this handler; ack: true is for RabbitMQ consumers with noAck: false.',
     );
   }
-}
-
-/** A value as the user wrote it: `"1000"` (a string) must not read as `1000`. */
-function shown(value: unknown): string {
-  return typeof value === 'string' ? `${JSON.stringify(value)} (a string)` : String(value);
-}
-
-function isPositiveInteger(value: unknown): boolean {
-  return typeof value === 'number' && Number.isSafeInteger(value) && value > 0;
 }
 
 /** A handler's options over the module's defaults (options the handler leaves undefined keep the module's). */

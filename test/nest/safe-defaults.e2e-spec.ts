@@ -382,8 +382,16 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
   }
 
   it.each([
-    ['ttl: 0', { ttl: 0 }, /OrdersController\.create: ttl must be a positive whole number of milliseconds, got 0/],
-    ['a fractional leaseTtl', { leaseTtl: 1.5 }, /OrdersController\.create: leaseTtl must be a positive whole number/],
+    [
+      'ttl: 0',
+      { ttl: 0 },
+      /OrdersController\.create: ttl must be a whole number of milliseconds above 0, got 0\..*Write ttl: 24 \* 60 \* 60 \* 1000 \(ms\)/,
+    ],
+    [
+      'a fractional leaseTtl',
+      { leaseTtl: 1.5 },
+      /OrdersController\.create: leaseTtl must be a whole number of milliseconds above 0, got 1\.5/,
+    ],
     [
       'leaseTtl above ttl',
       { ttl: 1_000, leaseTtl: 5_000 },
@@ -422,7 +430,9 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
   });
 
   it('checks the module options too', async () => {
-    await expect(appWith({}, { ttl: -1 })).rejects.toThrow(/IdempotencyModule\.forRoot\(\): ttl must be a positive whole number/);
+    await expect(appWith({}, { ttl: -1 })).rejects.toThrow(
+      /IdempotencyModule\.forRoot\(\): ttl must be a whole number of milliseconds above 0, got -1/,
+    );
   });
 
   it('a store that reports itself unusable stops the boot; one that is only unreachable is logged', async () => {
