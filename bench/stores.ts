@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { IdempotencyStore } from '../lib/core/index.js';
 import type { Logger as TypeOrmLogger } from 'typeorm';
@@ -34,14 +34,13 @@ export interface BenchStore {
   close(): Promise<void>;
 }
 
-const ROOT = join(__dirname, '..');
-
-/** True once the store's class exists (other engineers write the Redis and TypeORM stores alongside this bench). */
+/**
+ * True when the lib under test (this tree's, or BENCH_LIB's) has the store's entry
+ * point. Checked by path, not loaded: loading it would pull in ioredis or typeorm
+ * where only the flags are parsed.
+ */
 export function storeModuleReady(name: StoreName): boolean {
-  if (name === 'memory') return true;
-  const file = join(ROOT, 'lib', name, name === 'redis' ? 'redis.store.ts' : 'store.ts');
-  const exported = name === 'redis' ? 'RedisIdempotencyStore' : 'TypeOrmIdempotencyStore';
-  return existsSync(file) && readFileSync(file, 'utf8').includes(`export class ${exported}`);
+  return name === 'memory' || existsSync(join(LIB_DIR, name, 'index.ts'));
 }
 
 /** Opens the stores that can be opened; a store whose server is down is left out with a message on stderr. */
@@ -131,12 +130,7 @@ async function deleteByPrefix(client: import('ioredis').Redis, prefix: string): 
 
 async function openTypeOrm(options: BenchStoreOptions): Promise<BenchStore> {
   const typeorm = require('typeorm') as typeof import('typeorm');
-  // Loaded at run time: the TypeORM store is written alongside this bench (its index may not exist yet).
-  const lib = (
-    existsSync(join(LIB_DIR, 'typeorm', 'index.ts'))
-      ? loadLibModule('typeorm/index.ts')
-      : { ...loadLibModule<object>('typeorm/store.ts'), ...loadLibModule<object>('typeorm/migration.ts') }
-  ) as Record<string, any>;
+  const lib = loadLibModule<Record<string, any>>('typeorm/index.ts');
   let queries = 0;
   class CountingLogger implements TypeOrmLogger {
     logQuery(): void {
