@@ -29,26 +29,6 @@ export interface HttpResponseLike {
 }
 
 /**
- * Titles of the codes whose classes may not pass a title yet (an error from an older
- * copy of this package, in the same process, has none at all).
- */
-const TITLES: Record<string, string> = {
-  IDEMPOTENCY_TOKEN_MISSING: 'One-time token missing',
-  IDEMPOTENCY_TOKEN_USED: 'One-time token already used',
-  IDEMPOTENCY_TOKEN_INVALID: 'One-time token invalid',
-  IDEMPOTENCY_LOCK_NOT_ACQUIRED: 'Lock not acquired',
-  IDEMPOTENCY_LOCK_LOST: 'Lock lost',
-  IDEMPOTENCY_OPTIMISTIC_LOCK: 'Concurrent update',
-  IDEMPOTENCY_ILLEGAL_TRANSITION: 'Illegal state transition',
-};
-
-/** An error's own title; a class that passes none gets its class name as title, which is no title for a client. */
-function titleOf(error: IdempotencyError): string {
-  const own = (error as Partial<IdempotencyError>).title;
-  return own && own !== error.name ? own : (TITLES[error.code] ?? own ?? error.name);
-}
-
-/**
  * What a client may read of an error. A store error's message carries its cause (host
  * names, ports, driver messages): that belongs in the server log, not in a response.
  */
@@ -59,7 +39,8 @@ function publicDetailOf(error: IdempotencyError): string {
 export function problemOf(error: IdempotencyError): IdempotencyProblem {
   return {
     type: `urn:nestjs-idempotency:error:${error.code}`,
-    title: titleOf(error),
+    // An error of an older copy of this package in the same process has no title of its own.
+    title: (error as Partial<IdempotencyError>).title ?? error.name,
     status: error.status,
     detail: publicDetailOf(error),
     code: error.code,
