@@ -11,6 +11,6 @@ node -e "console.log('NestJS', require('./.nest11/node_modules/@nestjs/core/pack
 # health, observability, the sample app); stores and protocol suites do not depend on
 # the Nest major and run once, in `npm test`.
 if [ "$#" -eq 0 ]; then
-  set -- test/nest test/messages test/tokens test/health test/observability test/reliability/security.spec.ts sample-app
+  set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app
 fi
 npx jest -c jest.nest11.config.js "$@"

@@ -29,7 +29,9 @@ export function checkWholeNumber(
   const bound = min === 1 ? 'above 0' : min === 0 ? '0 or more' : `of at least ${min}`;
   throw new IdempotencyConfigurationError(
     `${owner}: ${name} must be ${what} ${bound}, got ${shown(value)}.`,
-    options.example ? `Write ${name}: ${options.example}${options.unit === 'ms' ? ' (ms)' : ''}.` : `Give ${name} as a whole number ${bound}.`,
+    options.example
+      ? `Write ${name}: ${options.example}${options.unit === 'ms' ? ' (ms)' : ''}.`
+      : `Give ${name} as a whole number ${bound}.`,
   );
 }
 
