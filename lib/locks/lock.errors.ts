@@ -1,12 +1,5 @@
 import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
 
-/** Stable codes of the lock errors. */
-export const LockErrorCode = {
-  NotAcquired: IdempotencyErrorCode.LockNotAcquired,
-  Lost: IdempotencyErrorCode.LockLost,
-} as const;
-export type LockErrorCode = (typeof LockErrorCode)[keyof typeof LockErrorCode];
-
 /** Another holder kept the lock for the whole `waitTimeout` (HTTP 409). */
 export class LockNotAcquiredError extends IdempotencyError {
   constructor(
@@ -14,7 +7,7 @@ export class LockNotAcquiredError extends IdempotencyError {
     readonly waitTimeout: number,
   ) {
     super(
-      LockErrorCode.NotAcquired,
+      IdempotencyErrorCode.LockNotAcquired,
       409,
       `The lock on "${resource}" could not be acquired within ${waitTimeout} ms: another holder has it.`,
       'Retry later. If the holder legitimately needs longer, raise waitTimeout; if holders crash, lower ttl so their locks lapse sooner.',
@@ -31,7 +24,7 @@ export class LockNotAcquiredError extends IdempotencyError {
 export class LockLostError extends IdempotencyError {
   constructor(readonly resource: string) {
     super(
-      LockErrorCode.Lost,
+      IdempotencyErrorCode.LockLost,
       409,
       `The lock on "${resource}" was lost before the work finished.`,
       'Check signal.aborted before each write that needs the lock; raise ttl if the work pauses longer than a third of it (GC, event-loop stalls).',

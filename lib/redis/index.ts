@@ -1,5 +1,15 @@
-export * from './redis-client.js';
-export * from './recommended-options.js';
-export * from './redis.store.js';
-export * from './redis-one-time-token.store.js';
-export * from './redis-lock.provider.js';
+/**
+ * `nestjs-idempotency/redis`: the Redis store (standalone and Cluster) through ioredis 5
+ * or 6, and Redis-backed one-time tokens and locks. Needs the optional peer `ioredis`.
+ */
+export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis.store.js';
+export { RedisOneTimeTokenStore, type RedisOneTimeTokenStoreOptions } from './redis-one-time-token.store.js';
+export { RedisLockProvider, type RedisLockProviderOptions } from './redis-lock.provider.js';
+export {
+  recommendedRedisOptions,
+  recommendedRedisClusterOptions,
+  type RecommendedRedisOptions,
+  type RecommendedRedisClusterOptions,
+  type RecommendedRedisOptionsInput,
+} from './recommended-options.js';
+export { RedisOperationTimeoutError, DEFAULT_REDIS_TIMEOUT, type RedisClientLike, type RedisCallOptions } from './redis-client.js';

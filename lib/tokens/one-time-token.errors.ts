@@ -1,18 +1,10 @@
 import { IdempotencyError, IdempotencyErrorCode } from '../core/errors.js';
 
-/** Stable codes of the one-time token errors. */
-export const OneTimeTokenErrorCode = {
-  Missing: IdempotencyErrorCode.TokenMissing,
-  Used: IdempotencyErrorCode.TokenUsed,
-  Invalid: IdempotencyErrorCode.TokenInvalid,
-} as const;
-export type OneTimeTokenErrorCode = (typeof OneTimeTokenErrorCode)[keyof typeof OneTimeTokenErrorCode];
-
 /** The request carries no one-time token (HTTP 400). */
 export class OneTimeTokenMissingError extends IdempotencyError {
   constructor(source: string) {
     super(
-      OneTimeTokenErrorCode.Missing,
+      IdempotencyErrorCode.TokenMissing,
       400,
       `This operation requires a one-time token, and none was found in ${source}.`,
       `Request a token first (for example by loading the form), then send it in ${source}.`,
@@ -25,7 +17,7 @@ export class OneTimeTokenMissingError extends IdempotencyError {
 export class OneTimeTokenUsedError extends IdempotencyError {
   constructor() {
     super(
-      OneTimeTokenErrorCode.Used,
+      IdempotencyErrorCode.TokenUsed,
       409,
       'This one-time token has already been used: the operation was submitted before.',
       'Do not submit again; check the result of the first submission. To do it once more, request a new token.',
@@ -38,7 +30,7 @@ export class OneTimeTokenUsedError extends IdempotencyError {
 export class OneTimeTokenInvalidError extends IdempotencyError {
   constructor() {
     super(
-      OneTimeTokenErrorCode.Invalid,
+      IdempotencyErrorCode.TokenInvalid,
       422,
       'This one-time token is not valid: it has expired, was never issued, or was issued for another operation.',
       'Request a new token (for example by reloading the form) and submit again.',

@@ -14,18 +14,13 @@ export {
 } from './store/idempotent-transaction.js';
 export type { IdempotentIsolationLevel, TransactionTuning } from './store/transaction.js';
 export { getIdempotentEntityManager, findIdempotentEntityManager } from './store/transaction-context.js';
-export {
-  IdempotencyRecordEntity,
-  createIdempotencyRecordEntity,
-  type IdempotencyRecordRow,
-  type IdempotencyRecordEntityClass,
-} from './store/record.entity.js';
+export { IdempotencyRecordEntity, createIdempotencyRecordEntity, type IdempotencyRecordEntityClass } from './store/record.entity.js';
 export {
   CreateIdempotencyRecords1700000000000,
   createIdempotencyRecordsMigration,
   type IdempotencyRecordsMigrationOptions,
 } from './store/migration.js';
-export { recordsTableDdl, parseTableName, DEFAULT_RECORDS_TABLE, type TableName } from './store/record-sql.js';
+export { recordsTableDdl, parseTableName, type TableName } from './store/record-sql.js';
 
 // The patterns for your own entities (patterns/).
 export { VersionedEntity, IdempotentEntity } from './patterns/entities.js';
@@ -48,4 +43,4 @@ export { isUniqueViolation } from './patterns/unique-violation.js';
 // The same list the root entry point offers (with IllegalStateTransitionError).
 export * from './patterns/state-machine.js';
 export { applyTransition, type ApplyTransitionOptions, type TransitionOutcome } from './patterns/state-transition.js';
-export { OptimisticLockError, TypeOrmIdempotencyErrorCode } from './patterns/errors.js';
+export { OptimisticLockError } from './patterns/errors.js';

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import Redis5 from 'ioredis5';
 import {
-  LockErrorCode,
   LockLostError,
   LockNotAcquiredError,
   MemoryLockProvider,
@@ -11,7 +10,7 @@ import {
   type LockProvider,
 } from '../../lib/locks/index.js';
 import { RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
-import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
+import { IdempotencyConfigurationError, IdempotencyErrorCode } from '../../lib/core/errors.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -160,7 +159,7 @@ describe.each(providers)('%s', (_name, makeProvider) => {
     let ran = false;
     const error = await withLock(locks, r, async () => (ran = true), { waitTimeout: 200, retryDelay: 20 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LockNotAcquiredError);
-    expect(error).toMatchObject({ code: LockErrorCode.NotAcquired, status: 409, resource: r, waitTimeout: 200 });
+    expect(error).toMatchObject({ code: IdempotencyErrorCode.LockNotAcquired, status: 409, resource: r, waitTimeout: 200 });
     expect((error as Error).message).toContain(r);
     expect(ran).toBe(false);
     await holder.release();
@@ -240,7 +239,11 @@ describe.each(providers)('%s', (_name, makeProvider) => {
 
 describe('lock errors', () => {
   it('carry their own title and code', () => {
-    expect(new LockNotAcquiredError('r', 100)).toMatchObject({ title: 'Lock not acquired', code: LockErrorCode.NotAcquired, status: 409 });
-    expect(new LockLostError('r')).toMatchObject({ title: 'Lock lost', code: LockErrorCode.Lost, status: 409 });
+    expect(new LockNotAcquiredError('r', 100)).toMatchObject({
+      title: 'Lock not acquired',
+      code: IdempotencyErrorCode.LockNotAcquired,
+      status: 409,
+    });
+    expect(new LockLostError('r')).toMatchObject({ title: 'Lock lost', code: IdempotencyErrorCode.LockLost, status: 409 });
   });
 });

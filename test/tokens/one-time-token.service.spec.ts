@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
-import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
+import { IdempotencyConfigurationError, IdempotencyErrorCode } from '../../lib/core/errors.js';
 import { RedisOneTimeTokenStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import {
   MemoryOneTimeTokenStore,
-  OneTimeTokenErrorCode,
   OneTimeTokenInvalidError,
   OneTimeTokenMissingError,
   OneTimeTokenService,
@@ -59,10 +58,10 @@ describe.each(backends)('OneTimeTokenService on %s', (_name, makeStores) => {
     await expect(service.consumeOrThrow('checkout:u1', token)).resolves.toBeUndefined();
     const reused = await service.consumeOrThrow('checkout:u1', token).catch((error: unknown) => error);
     expect(reused).toBeInstanceOf(OneTimeTokenUsedError);
-    expect(reused).toMatchObject({ status: 409, code: OneTimeTokenErrorCode.Used });
+    expect(reused).toMatchObject({ status: 409, code: IdempotencyErrorCode.TokenUsed });
     const unknown = await service.consumeOrThrow('checkout:u1', 'never-issued').catch((error: unknown) => error);
     expect(unknown).toBeInstanceOf(OneTimeTokenInvalidError);
-    expect(unknown).toMatchObject({ status: 422, code: OneTimeTokenErrorCode.Invalid });
+    expect(unknown).toMatchObject({ status: 422, code: IdempotencyErrorCode.TokenInvalid });
     expect(await service.redeem('checkout:u1', token)).toBe('already_used');
     expect(await service.redeem('checkout:u1', 'never-issued')).toBe('unknown');
   });
@@ -139,9 +138,9 @@ describe('one-time token errors', () => {
   it('carry their own title and code', () => {
     expect(new OneTimeTokenMissingError('the x-token header')).toMatchObject({
       title: 'One-time token missing',
-      code: OneTimeTokenErrorCode.Missing,
+      code: IdempotencyErrorCode.TokenMissing,
     });
-    expect(new OneTimeTokenUsedError()).toMatchObject({ title: 'One-time token already used', code: OneTimeTokenErrorCode.Used });
-    expect(new OneTimeTokenInvalidError()).toMatchObject({ title: 'One-time token invalid', code: OneTimeTokenErrorCode.Invalid });
+    expect(new OneTimeTokenUsedError()).toMatchObject({ title: 'One-time token already used', code: IdempotencyErrorCode.TokenUsed });
+    expect(new OneTimeTokenInvalidError()).toMatchObject({ title: 'One-time token invalid', code: IdempotencyErrorCode.TokenInvalid });
   });
 });

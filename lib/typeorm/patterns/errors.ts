@@ -1,16 +1,6 @@
 import { IdempotencyError, IdempotencyErrorCode } from '../../core/errors.js';
 
 /**
- * Stable codes of the errors raised by the TypeORM helpers. They extend the core's
- * `IdempotencyErrorCode` set and never change between versions.
- */
-export const TypeOrmIdempotencyErrorCode = {
-  OptimisticLock: IdempotencyErrorCode.OptimisticLock,
-  IllegalTransition: IdempotencyErrorCode.IllegalTransition,
-} as const;
-export type TypeOrmIdempotencyErrorCode = (typeof TypeOrmIdempotencyErrorCode)[keyof typeof TypeOrmIdempotencyErrorCode];
-
-/**
  * A conditional write found the row at another version than the one the caller read
  * (someone else updated it in between), or found no row at all.
  */
@@ -28,7 +18,7 @@ export class OptimisticLockError extends IdempotencyError {
     const found = detail ?? (actualVersion === undefined ? 'the row does not exist (any more)' : `it is at version ${actualVersion}`);
     const expected = expectedVersion === undefined ? 'expected it unchanged' : `expected version ${expectedVersion}`;
     super(
-      TypeOrmIdempotencyErrorCode.OptimisticLock,
+      IdempotencyErrorCode.OptimisticLock,
       409,
       `${entity} ${describeId(id)} was changed concurrently: ${expected}, but ${found}.`,
       'Reload the entity and apply the change again (retryOnOptimisticLock does this for you), or report a conflict to the client.',
@@ -55,7 +45,7 @@ export class IllegalStateTransitionError extends IdempotencyError {
     const targets =
       allowed.length > 0 ? `allowed from '${from}': ${allowed.map((s) => `'${s}'`).join(', ')}` : `no transition leaves '${from}'`;
     super(
-      TypeOrmIdempotencyErrorCode.IllegalTransition,
+      IdempotencyErrorCode.IllegalTransition,
       409,
       `${subject}illegal transition from '${from}' to '${to}' (${targets}).`,
       `Only request transitions the state machine declares; reload the entity to see its current state.`,

@@ -2,7 +2,8 @@ import type { EntityManager, EntityMetadata, EntityTarget, ObjectLiteral, Update
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { checkWholeNumber } from '../../core/options.js';
 import { dataSourceOf } from '../internals.js';
-import { OptimisticLockError, TypeOrmIdempotencyErrorCode } from './errors.js';
+import { IdempotencyErrorCode } from '../../core/errors.js';
+import { OptimisticLockError } from './errors.js';
 
 /** Column changes by property name, as TypeORM's `UpdateQueryBuilder.set()` takes them. */
 export type EntityChanges<T extends ObjectLiteral> = Parameters<UpdateQueryBuilder<T>['set']>[0];
@@ -142,7 +143,7 @@ export interface RetryOnOptimisticLockOptions {
 export function isOptimisticLockConflict(error: unknown): boolean {
   if (error instanceof OptimisticLockError) return true;
   const candidate = error as { code?: unknown; name?: unknown } | null;
-  return candidate?.code === TypeOrmIdempotencyErrorCode.OptimisticLock || candidate?.name === 'OptimisticLockVersionMismatchError';
+  return candidate?.code === IdempotencyErrorCode.OptimisticLock || candidate?.name === 'OptimisticLockVersionMismatchError';
 }
 
 /**
