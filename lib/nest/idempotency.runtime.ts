@@ -91,12 +91,10 @@ export class IdempotencyRuntime {
     /** @internal the module's store, engine and options */
     readonly service: IdempotencyService,
   ) {
-    this.hooks = {
-      resolveKey: (context, config, adapter) => this.resolveKey(context, config, adapter),
-      resolveOperation: (context, config) => this.resolveOperation(context, config),
-      resolvePrincipal: (context, config, adapter) => this.resolvePrincipal(context, config, adapter),
-      fingerprintMaterial: (context, config, adapter) => this.fingerprintMaterial(context, config, adapter),
-    };
+    // The protected methods below are the hooks: the protocol calls them on the runtime
+    // itself, with no forwarding call per request (TypeScript cannot name protected
+    // members in an interface, hence the cast).
+    this.hooks = this as unknown as IdempotencyHooks;
   }
 
   /** The client key of this request, before validation. Override to read keys your own way. */
