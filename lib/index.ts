@@ -1,8 +1,44 @@
-export * from './core/index.js';
-export * from './stores/memory.store.js';
-export * from './nest/index.js';
-export * from './tokens/index.js';
-export * from './locks/index.js';
-// The state machine is plain logic (no TypeORM import), so it is offered from the root too.
-export * from './typeorm/patterns/state-machine.js';
-export * from './observability/index.js';
+/**
+ * `nestjs-idempotency`: the decorator, the module and what a user writes against them.
+ * Features beside the decorator have entry points of their own: `/redis`, `/typeorm`,
+ * `/tokens`, `/locks`, `/state-machine`, `/testing`, `/prometheus`, `/opentelemetry`,
+ * `/terminus` (see docs/api.md). Every name here is a semver promise.
+ */
+
+// Nest integration.
+export { Idempotent } from './nest/idempotent.decorator.js';
+export { IdempotencyModule } from './nest/idempotency.module.js';
+export { IdempotencyService, type RunOptions, type RecordLocator, type StoredResponse } from './nest/idempotency.service.js';
+export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
+export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
+export type { IdempotentOptions, IdempotencyModuleOptions } from './nest/idempotency.options.js';
+export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.adapter.js';
+export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/rpc/rpc-error.js';
+
+// Stores: the contract for your own, and the embedded default.
+export { IdempotencyStore, type ClaimRequest, type CompleteRequest } from './core/store.js';
+export type { IdempotencyRecord, ClaimResult } from './core/record.js';
+export { MemoryIdempotencyStore } from './stores/memory.store.js';
+
+// Plain functions.
+export { makeIdempotent, type MakeIdempotentOptions, type IdempotentFunction } from './core/make-idempotent.js';
+
+// Events and logs.
+export type { IdempotencyEvent, IdempotencyEventType, IdempotencyEventListener } from './core/events.js';
+export { createIdempotencyLogger } from './observability/logger.js';
+export { combineListeners } from './observability/combine-listeners.js';
+
+// Errors, each with a stable code.
+export {
+  IdempotencyError,
+  IdempotencyErrorCode,
+  isIdempotencyError,
+  IdempotencyKeyMissingError,
+  IdempotencyKeyInvalidError,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
+  IdempotencyNotReplayableError,
+  IdempotencyStoreUnavailableError,
+  IdempotencyConfigurationError,
+  IdempotencyRequestInvalidError,
+} from './core/errors.js';

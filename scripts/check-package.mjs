@@ -31,6 +31,9 @@ const OPTIONAL_PEERS = ['ioredis', 'typeorm', '@nestjs/microservices', 'prom-cli
 const SUBPATHS = {
   'nestjs-idempotency': null,
   'nestjs-idempotency/testing': null,
+  'nestjs-idempotency/tokens': null,
+  'nestjs-idempotency/locks': null,
+  'nestjs-idempotency/state-machine': null,
   'nestjs-idempotency/redis': 'ioredis',
   'nestjs-idempotency/typeorm': 'typeorm',
   'nestjs-idempotency/prometheus': 'prom-client',
@@ -376,6 +379,9 @@ function typedApp() {
   return `import { Body, Controller, Module, Post } from '@nestjs/common';
 import { Idempotent, IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyEvent } from 'nestjs-idempotency';
 import type { RedisIdempotencyStoreOptions } from 'nestjs-idempotency/redis';
+import { MemoryLockProvider, withLock } from 'nestjs-idempotency/locks';
+import { defineStateMachine } from 'nestjs-idempotency/state-machine';
+import { OneTimeTokenService } from 'nestjs-idempotency/tokens';
 
 @Controller('payments')
 export class PaymentsController {
@@ -390,6 +396,9 @@ export class PaymentsController {
 
 const events: IdempotencyEvent[] = [];
 export const redisOptions: RedisIdempotencyStoreOptions = { prefix: 'payments:' };
+export const lifecycle = defineStateMachine({ pending: ['paid'], paid: [] });
+export const tokens = new OneTimeTokenService();
+export const locked = withLock(new MemoryLockProvider(), 'sku-1', async () => lifecycle.canTransition('pending', 'paid'), { ttl: 5_000 });
 
 @Module({
   imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore(), onEvent: [(event) => events.push(event)] })],

@@ -41,6 +41,7 @@ export class IdempotencyError extends Error {
   }
 }
 
+/** A handler that requires a key received none (HTTP 400). */
 export class IdempotencyKeyMissingError extends IdempotencyError {
   constructor(source: string) {
     super(
@@ -53,6 +54,7 @@ export class IdempotencyKeyMissingError extends IdempotencyError {
   }
 }
 
+/** The client key is malformed, or the request carries more than one (HTTP 400). */
 export class IdempotencyKeyInvalidError extends IdempotencyError {
   constructor(reason: string) {
     super(
@@ -65,6 +67,7 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
   }
 }
 
+/** The key was already used with a different request (HTTP 422). */
 export class IdempotencyFingerprintMismatchError extends IdempotencyError {
   constructor() {
     super(
@@ -77,6 +80,7 @@ export class IdempotencyFingerprintMismatchError extends IdempotencyError {
   }
 }
 
+/** A request with this key is still running (HTTP 409 with `Retry-After`). */
 export class IdempotencyInFlightError extends IdempotencyError {
   /** Suggested wait before retrying, in ms. */
   readonly retryAfterMs: number;
@@ -92,6 +96,7 @@ export class IdempotencyInFlightError extends IdempotencyError {
   }
 }
 
+/** The first request completed, but its response could not be stored for replay (HTTP 409). */
 export class IdempotencyNotReplayableError extends IdempotencyError {
   constructor(reason: string) {
     super(
@@ -104,6 +109,7 @@ export class IdempotencyNotReplayableError extends IdempotencyError {
   }
 }
 
+/** The store failed or timed out under `onStoreError: 'fail-closed'` (HTTP 503). */
 export class IdempotencyStoreUnavailableError extends IdempotencyError {
   constructor(cause: unknown) {
     super(
@@ -136,6 +142,7 @@ export class IdempotencyRequestInvalidError extends IdempotencyError {
   }
 }
 
+/** True for an error raised by this library, also across the ESM and CommonJS copies of the package. */
 export function isIdempotencyError(value: unknown): value is IdempotencyError {
   // Checks the shape too, as two copies of this package (ESM and CJS) can meet in one process.
   return (

@@ -31,6 +31,7 @@ export type IdempotencyEventType =
    */
   | 'evicted_before_expiry';
 
+/** One outcome of an idempotent execution, as `onEvent` listeners receive it. */
 export interface IdempotencyEvent {
   readonly type: IdempotencyEventType;
   /** Scoped SHA-256 of the client key (what the store sees). */
@@ -50,4 +51,5 @@ export interface IdempotencyEvent {
   readonly reason?: string;
 }
 
+/** Receives every `IdempotencyEvent` (the module's `onEvent` option). */
 export type IdempotencyEventListener = (event: IdempotencyEvent) => void;

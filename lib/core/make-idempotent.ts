@@ -7,6 +7,7 @@ import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
 import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 
+/** Options of `makeIdempotent`: the store, how to derive the key, and the execution policy. */
 export interface MakeIdempotentOptions<A extends unknown[]> {
   /** Where records live. Share one store between processes that must not repeat work. */
   store: IdempotencyStore;
@@ -42,10 +43,11 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
   /** Largest serialized result stored, bytes. @default 1048576 */
   maxResultBytes?: number;
   onEvent?: IdempotencyEventListener;
-  /** Shares in-process wake-ups with other wrappers; one is created when omitted. */
+  /** @internal Shares in-process wake-ups with other wrappers; one is created when omitted. */
   engine?: IdempotencyEngine;
 }
 
+/** The function `makeIdempotent` returns: the wrapped function, run once per key. */
 export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise<Awaited<R>>;
 
 /**

@@ -34,8 +34,10 @@ export interface CompletedRecord {
   readonly leaseToken?: string;
 }
 
+/** A live record: a running lease (`in_progress`) or a stored result (`completed`). */
 export type IdempotencyRecord = InProgressRecord | CompletedRecord;
 
+/** The answer of `IdempotencyStore.claim`: the key is now ours, or the record that holds it. */
 export type ClaimResult =
   /** The caller now owns the key under `record.leaseToken`. */
   | { readonly claimed: true; readonly record: InProgressRecord }

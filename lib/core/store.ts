@@ -1,6 +1,7 @@
 import type { IdempotencyEventListener } from './events.js';
 import type { ClaimResult, IdempotencyRecord } from './record.js';
 
+/** What `IdempotencyStore.claim` is asked to record with a new lease. */
 export interface ClaimRequest {
   /** A fresh random token that identifies this attempt in later compare-and-set writes. */
   readonly token: string;
@@ -10,6 +11,7 @@ export interface ClaimRequest {
   readonly fingerprint?: string;
 }
 
+/** What `IdempotencyStore.complete` stores: the serialized outcome and how long to keep it. */
 export interface CompleteRequest {
   /** Opaque serialized outcome to replay. */
   readonly result: string;

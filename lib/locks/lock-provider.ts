@@ -16,6 +16,7 @@ export interface LockHandle {
   release(): Promise<boolean>;
 }
 
+/** Options of `LockProvider.acquire`. */
 export interface AcquireLockOptions {
   /** How long the lock lasts unless extended, ms. */
   ttl: number;

@@ -2,6 +2,7 @@ import { checkWholeNumber } from '../core/options.js';
 import { LockLostError, LockNotAcquiredError } from './lock.errors.js';
 import type { LockHandle, LockProvider } from './lock-provider.js';
 
+/** Options of `withLock`. */
 export interface WithLockOptions {
   /**
    * How long the lock lasts, ms. While the work runs it is renewed every third of it,

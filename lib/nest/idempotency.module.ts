@@ -13,6 +13,10 @@ import { IdempotencyRuntime } from './idempotency.runtime.js';
 import { IdempotencyService } from './idempotency.service.js';
 
 /**
+ * Registers the runtime behind `@Idempotent()`, `IdempotencyService` and the store, with
+ * `forRoot()` / `forRootAsync()`; checks every `@Idempotent()` handler when the
+ * application initialises.
+ *
  * @example
  * IdempotencyModule.forRoot({ isGlobal: true, store: new RedisIdempotencyStore(redis) })
  */

@@ -5,6 +5,8 @@ import {
   DEFAULT_TTL,
   DEFAULT_WAIT_TIMEOUT,
   IdempotencyEngine,
+  decodeValue,
+  deserializeOutcome,
   fingerprintOf,
   normalizeIdempotencyKey,
   storageKeyOf,
@@ -21,6 +23,7 @@ import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
 import { IdempotencyLog } from './idempotency.logger.js';
 import type { IdempotencyModuleOptions } from './idempotency.options.js';
 
+/** Options of `IdempotencyService.run`, over the module's defaults. */
 export interface RunOptions {
   /**
    * Namespace of the key, so unrelated operations with equal keys stay independent.
@@ -40,6 +43,20 @@ export interface RunOptions {
   /** @default the module's cacheErrors */
   cacheErrors?: (error: unknown) => boolean;
 }
+
+/** A stored result as `IdempotencyService.decodeResult` reads it (support tooling). */
+export type StoredResponse =
+  /** The handler's value (the HTTP body), with the status and allow-listed headers replayed with it. */
+  | {
+      readonly kind: 'value';
+      readonly value: unknown;
+      readonly status?: number;
+      readonly headers?: Readonly<Record<string, string | string[]>>;
+    }
+  /** An error stored because `cacheErrors` selected it; `body` is what HTTP clients receive. */
+  | { readonly kind: 'error'; readonly name: string; readonly message: string; readonly body?: unknown; readonly status?: number }
+  /** The handler ran, but its result could not be stored; duplicates get 409 IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE. */
+  | { readonly kind: 'unstorable'; readonly reason: string };
 
 /** Where a client key was used, for support tooling. */
 export interface RecordLocator {
@@ -118,9 +135,37 @@ export class IdempotencyService implements OnModuleDestroy {
     return value;
   }
 
-  /** The record a `run()` key maps to (support tooling). */
+  /**
+   * The record behind a client key (support tooling): `status: 'in_progress'` with
+   * `leaseExpiresAt`, or `status: 'completed'` with `expiresAt` and the stored `result`
+   * (read it with `decodeResult`). `undefined` when there is none.
+   */
   async inspect(key: string, locator: RecordLocator = {}): Promise<IdempotencyRecord | undefined> {
     return this.store.get(this.locate(key, locator));
+  }
+
+  /**
+   * What a completed record answers duplicates with, decoded: the value (an HTTP body)
+   * with its stored status and headers, a cached error, or why nothing could be stored.
+   * `undefined` for a record still in progress.
+   */
+  decodeResult(record: IdempotencyRecord): StoredResponse | undefined {
+    if (record.status !== 'completed') return undefined;
+    const outcome = deserializeOutcome(record.result);
+    switch (outcome.kind) {
+      case 'value':
+        return { kind: 'value', value: decodeValue(outcome.value), status: outcome.meta?.status, headers: outcome.meta?.headers };
+      case 'error':
+        return {
+          kind: 'error',
+          name: outcome.error.name,
+          message: outcome.error.message,
+          body: outcome.error.props?.body,
+          status: outcome.meta?.status,
+        };
+      default:
+        return { kind: 'unstorable', reason: outcome.reason };
+    }
   }
 
   /** Deletes the record of a key so that it can run again (support tooling). True when one existed. */

@@ -23,6 +23,7 @@ export const IDEMPOTENCY_ATTRIBUTES = {
 /** Events that mean the store call failed, or the protection was lost. */
 const ERROR_EVENTS: ReadonlySet<IdempotencyEventType> = new Set<IdempotencyEventType>(['store_error', 'lease_lost']);
 
+/** Options of `createOpenTelemetryListener`. */
 export interface OpenTelemetryListenerOptions {
   /**
    * Tracer for the store spans.

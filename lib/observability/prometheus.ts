@@ -6,6 +6,7 @@ import type { IdempotencyEventListener } from '../core/events.js';
 /** Store-latency buckets, ms: from a local Redis round trip to a struggling database. */
 export const DEFAULT_STORE_LATENCY_BUCKETS_MS: readonly number[] = [0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500];
 
+/** Options of `createPrometheusListener`. */
 export interface PrometheusListenerOptions {
   /**
    * Registry the metrics are registered in; scrape it with `registry.metrics()`.

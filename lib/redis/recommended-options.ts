@@ -9,6 +9,7 @@ export interface RecommendedRedisOptions {
   retryStrategy: (times: number) => number;
 }
 
+/** What `recommendedRedisOptions` may be told: the timeouts to use. */
 export interface RecommendedRedisOptionsInput {
   /** Longest wait for one command's reply, ms (ioredis `commandTimeout`). @default 1000 */
   commandTimeout?: number;

@@ -27,6 +27,7 @@ export interface RedisCallOptions {
   timeout?: number;
 }
 
+/** Longest wait for one Redis command before it counts as a store error, ms. */
 export const DEFAULT_REDIS_TIMEOUT = 2_000;
 
 /**

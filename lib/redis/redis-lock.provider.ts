@@ -8,6 +8,7 @@ import {
 } from '../locks/lock-provider.js';
 import { LuaScript, RedisScriptRunner, wholeMs, type RedisCallOptions, type RedisClientLike } from './redis-client.js';
 
+/** Options of `RedisLockProvider`. */
 export interface RedisLockProviderOptions extends RedisCallOptions {
   /** Prepended to every resource name to form its Redis key. @default 'lock:' */
   prefix?: string;

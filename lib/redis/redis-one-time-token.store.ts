@@ -1,6 +1,7 @@
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from '../tokens/one-time-token.store.js';
 import { LuaScript, RedisScriptRunner, wholeMs, type RedisCallOptions, type RedisClientLike } from './redis-client.js';
 
+/** Options of `RedisOneTimeTokenStore`. */
 export interface RedisOneTimeTokenStoreOptions extends RedisCallOptions {
   /** Prepended to every key. @default 'one-time-token:' */
   prefix?: string;

@@ -11,6 +11,7 @@ import {
   type RedisClientLike,
 } from './redis-client.js';
 
+/** Options of `RedisIdempotencyStore`. */
 export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
   /**
    * Prepended to every key. Give each application (or test run) its own, so that two

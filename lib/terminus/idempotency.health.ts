@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { IdempotencyStore } from '../core/store.js';
 import { IdempotencyService } from '../nest/idempotency.service.js';
 
+/** Options of `IdempotencyHealthIndicator.isHealthy`. */
 export interface IdempotencyHealthCheckOptions {
   /**
    * Longest wait for the store's answer, ms; a slower store is reported `down`.

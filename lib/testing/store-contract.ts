@@ -8,6 +8,7 @@ declare const it: (name: string, fn: () => Promise<void>, timeout?: number) => v
 declare const beforeAll: (fn: () => Promise<void> | void, timeout?: number) => void;
 declare const afterAll: (fn: () => Promise<void> | void, timeout?: number) => void;
 
+/** Options of `describeStoreContract`. */
 export interface StoreContractOptions {
   /**
    * Lease used by the expiry tests, ms. Stores with coarse expiry (a SQL clock in

@@ -2,6 +2,7 @@ import { ExpiringMap } from '../core/expiring-map.js';
 import { checkWholeNumber } from '../core/options.js';
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from './one-time-token.store.js';
 
+/** Options of `MemoryOneTimeTokenStore`. */
 export interface MemoryOneTimeTokenStoreOptions {
   /**
    * Most tokens kept at once (used ones included, until their ttl ends). When full,

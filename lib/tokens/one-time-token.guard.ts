@@ -10,6 +10,7 @@ import { toProblemHttpException, type HttpResponseLike } from '../nest/problem.j
 import { OneTimeTokenMissingError } from './one-time-token.errors.js';
 import { DEFAULT_ONE_TIME_TOKEN_SCOPE, OneTimeTokenService } from './one-time-token.service.js';
 
+/** Options of `@RequireOneTimeToken()`. */
 export interface RequireOneTimeTokenOptions {
   /** Request header carrying the token. @default 'One-Time-Token' */
   header?: string;

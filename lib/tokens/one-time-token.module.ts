@@ -16,6 +16,7 @@ const {
 
 /** Options of `OneTimeTokenModule.forRoot()`: the service options plus `isGlobal` (@default false). */
 export type OneTimeTokenModuleOptions = typeof ONE_TIME_TOKEN_OPTIONS_TYPE;
+/** Options of `OneTimeTokenModule.forRootAsync()`. */
 export type OneTimeTokenModuleAsyncOptions = typeof ONE_TIME_TOKEN_ASYNC_OPTIONS_TYPE;
 
 /**

@@ -7,6 +7,7 @@ import { MemoryOneTimeTokenStore } from './memory-one-time-token.store.js';
 import { OneTimeTokenInvalidError, OneTimeTokenUsedError } from './one-time-token.errors.js';
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from './one-time-token.store.js';
 
+/** Options of `OneTimeTokenService`. */
 export interface OneTimeTokenServiceOptions {
   /**
    * Where tokens live. Share one store (Redis) between every instance that issues or
@@ -18,11 +19,13 @@ export interface OneTimeTokenServiceOptions {
   ttl?: number;
 }
 
+/** Options of `OneTimeTokenService.issue`. */
 export interface IssueOneTimeTokenOptions {
   /** How long this token stays valid, ms. @default the service's `ttl` (15 min) */
   ttl?: number;
 }
 
+/** How long an issued one-time token stays valid by default, ms (15 minutes). */
 export const DEFAULT_ONE_TIME_TOKEN_TTL = 15 * 60 * 1000;
 /** Scope used when none is given, by `issue()` and by the guard alike. */
 export const DEFAULT_ONE_TIME_TOKEN_SCOPE = 'default';

@@ -1,4 +1,4 @@
-import { canonicalJson, fingerprintOf, normalizeIdempotencyKey, parseIdempotencyKeyHeader, storageKeyOf } from '../../lib/index.js';
+import { canonicalJson, fingerprintOf, normalizeIdempotencyKey, parseIdempotencyKeyHeader, storageKeyOf } from '../../lib/core/index.js';
 
 describe('canonicalJson', () => {
   it('sorts keys at every depth and keeps array order', () => {

@@ -4,17 +4,13 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import { DataSource } from 'typeorm';
 import {
-  IdempotencyEngine,
   IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   MemoryIdempotencyStore,
-  encodeError,
-  storageKeyOf,
-  type ExecutionPolicy,
   type IdempotencyEvent,
   type IdempotencyStore,
-  type Lease,
 } from '../../lib/index.js';
+import { IdempotencyEngine, encodeError, storageKeyOf, type ExecutionPolicy, type Lease } from '../../lib/core/index.js';
 import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
 import { pgConnection } from '../support/postgres.js';

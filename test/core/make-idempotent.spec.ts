@@ -1,5 +1,4 @@
 import {
-  IdempotencyEngine,
   IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
@@ -8,6 +7,7 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '../../lib/index.js';
+import { IdempotencyEngine } from '../../lib/core/index.js';
 import Redis from 'ioredis';
 import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { freePort } from '../support/redis-servers.js';

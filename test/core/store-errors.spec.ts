@@ -1,14 +1,8 @@
 import 'reflect-metadata';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import {
-  IdempotencyConfigurationError,
-  IdempotencyEngine,
-  storageKeyOf,
-  type ExecutionPolicy,
-  type IdempotencyEvent,
-  type StoreErrorStrategy,
-} from '../../lib/index.js';
+import { IdempotencyConfigurationError, type IdempotencyEvent } from '../../lib/index.js';
+import { IdempotencyEngine, storageKeyOf, type ExecutionPolicy, type StoreErrorStrategy } from '../../lib/core/index.js';
 import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
 import { pgConnection } from '../support/postgres.js';
 

@@ -2,7 +2,8 @@ import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-hos
 import { EventPattern, KafkaContext, MessagePattern, MqttContext, NatsContext, RmqContext, TcpContext } from '@nestjs/microservices';
 import * as natsV3 from '@nats-io/transport-node';
 import * as natsV2 from 'nats';
-import { NO_REPLY, RpcTransportAdapter, type ResolvedHandlerConfig } from '../../lib/index.js';
+import { type ResolvedHandlerConfig } from '../../lib/index.js';
+import { NO_REPLY, RpcTransportAdapter } from '../../lib/nest/index.js';
 
 // The key each transport carries by itself, read from Nest's real context classes (the
 // brokers are exercised end to end in rmq/nats/tcp specs; Kafka and MQTT have no broker here).

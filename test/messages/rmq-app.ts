@@ -2,15 +2,9 @@ import { Controller, Injectable, Module, UseGuards, type CanActivate, type Execu
 import { NestFactory } from '@nestjs/core';
 import { Ctx, EventPattern, MessagePattern, Payload, Transport, type MicroserviceOptions, type RmqContext } from '@nestjs/microservices';
 import type { INestMicroservice } from '@nestjs/common';
-import {
-  Idempotent,
-  IdempotencyModule,
-  normalizeIdempotencyKey,
-  scopeOf,
-  storageKeyOf,
-  type IdempotencyEvent,
-  type IdempotencyStore,
-} from '../../lib/index.js';
+import { Idempotent, IdempotencyModule, type IdempotencyEvent, type IdempotencyStore } from '../../lib/index.js';
+import { normalizeIdempotencyKey, storageKeyOf } from '../../lib/core/index.js';
+import { scopeOf } from '../../lib/nest/index.js';
 import { ChannelObserver, Effects, NEST_LOGGER, RABBITMQ_URL, sleep, waitFor, type Trace } from './support.js';
 
 export interface RefundRequested {

@@ -15,7 +15,9 @@ import { NestFactory } from '@nestjs/core';
 import { Ctx, MessagePattern, TcpContext, type ClientProxy } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, scopeOf, storageKeyOf, type IdempotencyEvent } from '../../lib/index.js';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, type IdempotencyEvent } from '../../lib/index.js';
+import { storageKeyOf } from '../../lib/core/index.js';
+import { scopeOf } from '../../lib/nest/index.js';
 import { Effects } from '../support/effects.js';
 import { NEST_LOGGER, startTcpMicroservice, uniqueName } from '../messages/support.js';
 

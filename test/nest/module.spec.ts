@@ -10,10 +10,10 @@ import {
   IdempotencyService,
   IdempotencyStore,
   MemoryIdempotencyStore,
-  scopeOf,
-  storageKeyOf,
   type IdempotencyEvent,
 } from '../../lib/index.js';
+import { storageKeyOf } from '../../lib/core/index.js';
+import { scopeOf } from '../../lib/nest/index.js';
 import { IdempotencyTestingModule } from '../../lib/testing/index.js';
 
 @Injectable()

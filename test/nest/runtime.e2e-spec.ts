@@ -13,9 +13,9 @@ import {
   type IdempotencyEvent,
   type IdempotencyModuleOptions,
   type ResolvedHandlerConfig,
-  type Settlement,
   type TransportAdapter,
 } from '../../lib/index.js';
+import { type Settlement } from '../../lib/nest/index.js';
 import { Effects } from '../support/effects.js';
 import { NEST_LOGGER, startTcpMicroservice, uniqueName } from '../messages/support.js';
 

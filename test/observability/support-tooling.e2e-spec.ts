@@ -1,6 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { IdempotencyService, MemoryIdempotencyStore, deserializeOutcome, decodeValue } from '../../lib/index.js';
+import { IdempotencyService, MemoryIdempotencyStore } from '../../lib/index.js';
+import { deserializeOutcome, decodeValue } from '../../lib/core/index.js';
 import { createHttpApp, sleep, type Effects } from '../nest/http-app.js';
 
 // docs/observability.md tells support staff to find a customer's record with the raw key,

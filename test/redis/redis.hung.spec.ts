@@ -1,13 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
-import {
-  IdempotencyEngine,
-  IdempotencyStoreUnavailableError,
-  storageKeyOf,
-  type ExecutionPolicy,
-  type IdempotencyEvent,
-  type IdempotencyStore,
-} from '../../lib/index.js';
+import { IdempotencyStoreUnavailableError, type IdempotencyEvent, type IdempotencyStore } from '../../lib/index.js';
+import { IdempotencyEngine, storageKeyOf, type ExecutionPolicy } from '../../lib/core/index.js';
 import { RedisIdempotencyStore, RedisLockProvider, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { startRedisServer, type RedisServerHandle } from '../support/redis-servers.js';
 

@@ -1,12 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import {
-  IdempotencyEngine,
-  MemoryIdempotencyStore,
-  storageKeyOf,
-  type CompleteRequest,
-  type ExecutionPolicy,
-  type IdempotencyEvent,
-} from '../../lib/index.js';
+import { MemoryIdempotencyStore, type CompleteRequest, type IdempotencyEvent } from '../../lib/index.js';
+import { IdempotencyEngine, storageKeyOf, type ExecutionPolicy } from '../../lib/core/index.js';
 
 /** The memory store whose `complete` fails the first `failures` times, like a store that blips. */
 class BlippingStore extends MemoryIdempotencyStore {

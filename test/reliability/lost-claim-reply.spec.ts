@@ -1,14 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import {
-  IdempotencyEngine,
   IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
   MemoryIdempotencyStore,
-  storageKeyOf,
   type ClaimRequest,
   type ClaimResult,
-  type ExecutionPolicy,
 } from '../../lib/index.js';
+import { IdempotencyEngine, storageKeyOf, type ExecutionPolicy } from '../../lib/core/index.js';
 
 /**
  * The memory store, with the replies of its next claims and releases lost on the way

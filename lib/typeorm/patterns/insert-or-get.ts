@@ -5,6 +5,7 @@ import { dataSourceOf } from '../internals.js';
 import type { EntityChanges } from './optimistic-lock.js';
 import { isUniqueViolation } from './unique-violation.js';
 
+/** Options of `insertOrGet`. */
 export interface InsertOrGetOptions {
   /**
    * Property whose unique index identifies a duplicate.
@@ -13,6 +14,7 @@ export interface InsertOrGetOptions {
   by?: string;
 }
 
+/** What `insertOrGet` returns: the row, and whether this call inserted it. */
 export interface InsertOrGetResult<T> {
   /** The row now in the table: the one just inserted, or the one that was already there. */
   readonly entity: T;

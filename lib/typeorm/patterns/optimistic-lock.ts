@@ -117,6 +117,7 @@ export async function updateWithVersion<T extends ObjectLiteral>(
   throw new OptimisticLockError(metadata.name, id, expectedVersion, await currentVersion(manager, metadata, where));
 }
 
+/** Options of `retryOnOptimisticLock`. */
 export interface RetryOnOptimisticLockOptions {
   /**
    * Attempts after the first one.

@@ -18,6 +18,7 @@ export type TransitionDecision =
   /** A declared transition: write it. */
   | 'apply';
 
+/** Options of `defineStateMachine`. */
 export interface StateMachineOptions {
   /**
    * Name used in error messages, e.g. `'Order'`.

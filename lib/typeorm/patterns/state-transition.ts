@@ -4,6 +4,7 @@ import { OptimisticLockError } from './errors.js';
 import { primaryWhere, versionColumnOf, type EntityChanges, type EntityId } from './optimistic-lock.js';
 import type { StateMachine } from './state-machine.js';
 
+/** Options of `applyTransition`. */
 export interface ApplyTransitionOptions<T extends ObjectLiteral> {
   /**
    * Property holding the state.
@@ -28,6 +29,7 @@ export interface ApplyTransitionOptions<T extends ObjectLiteral> {
   changes?: EntityChanges<T>;
 }
 
+/** What `applyTransition` did: moved the row, or found it already in the target state. */
 export interface TransitionOutcome {
   /** False for an idempotent no-op: the row already was in the target state. */
   readonly applied: boolean;

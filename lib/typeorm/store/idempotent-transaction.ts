@@ -10,6 +10,7 @@ import type { TransactionalRequest } from '../../core/store.js';
 import { recordSqlFor } from './record-sql.js';
 import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
+/** Options of `runIdempotentTransaction`: the key, its scope and fingerprint, and the transaction's tuning. */
 export interface IdempotentTransactionOptions extends TransactionTuning {
   /** The client's idempotency key (e.g. a message id); hashed with the scope, never stored raw. */
   key: string | number;
@@ -33,6 +34,7 @@ export interface IdempotentTransactionOptions extends TransactionTuning {
   tableName?: string;
 }
 
+/** What `executeIdempotentTransaction` returns: the value, and whether it was replayed. */
 export interface IdempotentTransactionResult<T> {
   /** The work's return value; on a replay, the stored value (JSON round-tripped). */
   readonly value: T;

@@ -31,6 +31,7 @@ export class CreateIdempotencyRecords1700000000000 implements MigrationInterface
   }
 }
 
+/** Options of `createIdempotencyRecordsMigration`. */
 export interface IdempotencyRecordsMigrationOptions {
   /**
    * Timestamp TypeORM orders migrations by (13 digits, epoch ms).

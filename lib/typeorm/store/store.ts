@@ -28,6 +28,7 @@ import {
 import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
 import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
+/** Options of `TypeOrmIdempotencyStore`. */
 export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   /**
    * Records table, `'table'` or `'schema.table'`. An unqualified name lives in the
@@ -74,6 +75,7 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   logger?: LoggerService;
 }
 
+/** What one purge of expired records did. */
 export interface PurgeResult {
   /** False when another instance (or call) was purging, so this one did nothing. */
   readonly ran: boolean;

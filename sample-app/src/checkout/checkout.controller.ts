@@ -1,6 +1,6 @@
 import { BadRequestException, Body, Controller, Headers, HttpCode, Inject, Post, type ExecutionContext } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { sha256 } from '../../../lib/index.js';
+import { createHash } from 'node:crypto';
 import { OneTimeTokenService, RequireOneTimeToken } from '../../../lib/tokens/index.js';
 import { runIdempotentTransaction } from '../../../lib/typeorm/index.js';
 import { Checkout } from '../entities.js';
@@ -42,7 +42,7 @@ export class CheckoutController {
     if (!Number.isInteger(body.total) || body.total <= 0) throw new BadRequestException('Send { cartId, total: positive integer }.');
     // The guard consumed the token before this line. Its hash also keys the row, under a
     // unique index: one checkout per token even if the token store lost its state.
-    const idemKey = sha256(headerToken ?? body.checkoutToken ?? '');
+    const idemKey = createHash('sha256').update(headerToken ?? body.checkoutToken ?? '').digest('base64url');
     return runIdempotentTransaction(this.dataSource, { key: idemKey, scope: 'checkout' }, async (manager) => {
       const checkout = await manager.save(manager.create(Checkout, { idemKey, cartId: body.cartId, total: body.total }));
       return { checkoutId: checkout.id, cartId: checkout.cartId, total: checkout.total };
