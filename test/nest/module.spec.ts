@@ -1,4 +1,4 @@
-import { Controller, Injectable, Module, Post, type LoggerService } from '@nestjs/common';
+import { Controller, Injectable, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
@@ -15,6 +15,7 @@ import {
 import { storageKeyOf } from '../../lib/core/index.js';
 import { scopeOf } from '../../lib/nest/index.js';
 import { IdempotencyTestingModule } from '../../lib/testing/index.js';
+import { captureLogger } from '../support/capture-logger.js';
 
 @Injectable()
 class StoreConfig {
@@ -25,14 +26,6 @@ class ConfigModule {}
 
 let runs = 0;
 
-/** A Nest logger that keeps `level context message` lines. */
-function capture(lines: string[]): LoggerService {
-  const keep =
-    (level: string) =>
-    (message: unknown, ...rest: unknown[]) =>
-      lines.push(`${level} ${String(rest[rest.length - 1])} ${String(message)}`);
-  return { log: keep('log'), error: keep('error'), warn: keep('warn'), debug: keep('debug'), verbose: keep('verbose') };
-}
 @Controller()
 class CounterController {
   @Post('count')
@@ -96,7 +89,7 @@ describe('IdempotencyModule', () => {
     @Module({ controllers: [CounterController] })
     class AppModule {}
     const logged: string[] = [];
-    const app = await NestFactory.create(AppModule, { logger: capture(logged) });
+    const app = await NestFactory.create(AppModule, { logger: captureLogger(logged) });
     await app.init();
     try {
       const r = await request(app.getHttpServer()).post('/count').set('Idempotency-Key', 'x');

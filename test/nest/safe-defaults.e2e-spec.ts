@@ -32,6 +32,7 @@ import {
   type IdempotencyModuleOptions,
 } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { captureLogger } from '../support/capture-logger.js';
 
 type Platform = 'express' | 'fastify';
 const platforms: Platform[] = ['express', 'fastify'];
@@ -125,15 +126,6 @@ function buildControllers(effects: Effects, gate: { wait?: Promise<void> }) {
     paymentsControllerAt('refunds', effects, '2'),
     PayController,
   ];
-}
-
-/** Nest logger lines as `level context message`. */
-function capture(lines: string[]): LoggerService {
-  const keep =
-    (level: string) =>
-    (message: unknown, ...rest: unknown[]) =>
-      lines.push(`${level} ${String(rest[rest.length - 1])} ${String(message)}`);
-  return { log: keep('log'), error: keep('error'), warn: keep('warn'), debug: keep('debug'), verbose: keep('verbose') };
 }
 
 async function createApp(
@@ -449,7 +441,7 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
       }
     }
     const lines: string[] = [];
-    const app = await createApp('express', [], { store: new SleepyStore(), logger: capture(lines) });
+    const app = await createApp('express', [], { store: new SleepyStore(), logger: captureLogger(lines) });
     await app.close();
     expect(lines.filter((l) => l.startsWith('warn') && /SleepyStore did not answer its boot check.*ECONNREFUSED/.test(l))).toHaveLength(1);
   });
@@ -597,7 +589,7 @@ describe('nothing silent: the default log and the memory store’s evictions', (
 
   it('logs a store outage once per cause per 10 s through Nest’s logger, with the key hashed', async () => {
     const lines: string[] = [];
-    const a = await app({ store: new BrokenStore() }, capture(lines));
+    const a = await app({ store: new BrokenStore() }, captureLogger(lines));
     try {
       for (let i = 0; i < 3; i++) {
         const r = await request(a.getHttpServer()).post('/jobs').set('Idempotency-Key', `secret-key-${i}`);
@@ -618,7 +610,7 @@ describe('nothing silent: the default log and the memory store’s evictions', (
 
   it('logs fail-open runs as warnings', async () => {
     const lines: string[] = [];
-    const a = await app({ store: new BrokenStore(), onStoreError: 'fail-open' }, capture(lines));
+    const a = await app({ store: new BrokenStore(), onStoreError: 'fail-open' }, captureLogger(lines));
     try {
       await request(a.getHttpServer()).post('/jobs').set('Idempotency-Key', 'k').expect(201);
     } finally {
@@ -629,7 +621,7 @@ describe('nothing silent: the default log and the memory store’s evictions', (
 
   it('logger: false silences it; a custom LoggerService receives it', async () => {
     const nestLines: string[] = [];
-    const silent = await app({ store: new BrokenStore(), logger: false }, capture(nestLines));
+    const silent = await app({ store: new BrokenStore(), logger: false }, captureLogger(nestLines));
     try {
       await request(silent.getHttpServer()).post('/jobs').set('Idempotency-Key', 'k').expect(503);
     } finally {
@@ -638,7 +630,7 @@ describe('nothing silent: the default log and the memory store’s evictions', (
     expect(nestLines.filter((l) => / Idempotency /.test(l))).toEqual([]);
 
     const mine: string[] = [];
-    const custom = await app({ store: new BrokenStore(), logger: capture(mine) }, false);
+    const custom = await app({ store: new BrokenStore(), logger: captureLogger(mine) }, false);
     try {
       await request(custom.getHttpServer()).post('/jobs').set('Idempotency-Key', 'k').expect(503);
     } finally {
@@ -650,7 +642,7 @@ describe('nothing silent: the default log and the memory store’s evictions', (
   it('the memory store reports a result evicted before its ttl: an event and a warning', async () => {
     const events: IdempotencyEvent[] = [];
     const lines: string[] = [];
-    const a = await app({ store: new MemoryIdempotencyStore({ maxEntries: 2 }), onEvent: (e) => events.push(e) }, capture(lines));
+    const a = await app({ store: new MemoryIdempotencyStore({ maxEntries: 2 }), onEvent: (e) => events.push(e) }, captureLogger(lines));
     try {
       for (const key of ['e1', 'e2', 'e3', 'e4']) await request(a.getHttpServer()).post('/jobs').set('Idempotency-Key', key).expect(201);
     } finally {
