@@ -1,11 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyError, type IdempotencyEventListener } from '../core/index.js';
 import { formatIdempotencyEvent } from '../observability/logger.js';
-
-/** One line per cause per this many ms: an outage must not flood the log. */
-export const LOG_RATE_LIMIT_MS = 10_000;
-/** Causes remembered for rate limiting; past it the oldest are forgotten (bounded memory under hostile input). */
-const MAX_CAUSES = 1_000;
+import { LOG_WINDOW_MS, RateLimitedLog } from '../observability/rate-limited-log.js';
 
 /**
  * What the module logs by default, through Nest's `Logger` (context `Idempotency`):
@@ -15,8 +11,6 @@ const MAX_CAUSES = 1_000;
  * next line says how many were suppressed.
  */
 export class IdempotencyLog {
-  private readonly causes = new Map<string, { until: number; suppressed: number }>();
-
   /** Feeds the events worth a line to the logger; every other event returns at once. */
   readonly listener: IdempotencyEventListener = (event) => {
     switch (event.type) {
@@ -46,35 +40,19 @@ export class IdempotencyLog {
     }
   };
 
-  constructor(
-    private readonly logger: LoggerService | undefined,
-    private readonly now: () => number = Date.now,
-  ) {}
+  private readonly log: RateLimitedLog | undefined;
+
+  constructor(logger: LoggerService | undefined, now: () => number = Date.now) {
+    this.log = logger ? new RateLimitedLog(logger, LOG_WINDOW_MS, now) : undefined;
+  }
 
   /** A configuration error met while serving a request or at boot. */
   configurationError(where: string, error: IdempotencyError): void {
-    this.write('error', `configuration:${where}:${error.message}`, `${error.code} in ${where}: ${error.message}`);
+    this.log?.error(`configuration:${where}:${error.message}`, `${error.code} in ${where}: ${error.message}`);
   }
 
   warn(cause: string, line: string): void {
-    this.write('warn', cause, line);
-  }
-
-  private write(level: 'warn' | 'error', cause: string, line: string): void {
-    if (!this.logger) return;
-    const now = this.now();
-    const seen = this.causes.get(cause);
-    if (seen && seen.until > now) {
-      seen.suppressed++;
-      return;
-    }
-    if (!seen && this.causes.size >= MAX_CAUSES) this.causes.delete(this.causes.keys().next().value!);
-    const suppressed = seen?.suppressed ?? 0;
-    this.causes.delete(cause);
-    this.causes.set(cause, { until: now + LOG_RATE_LIMIT_MS, suppressed: 0 });
-    const text = suppressed > 0 ? `${line} (${suppressed} more like it in the last ${LOG_RATE_LIMIT_MS / 1000} s not logged)` : line;
-    if (level === 'error') this.logger.error(text);
-    else this.logger.warn(text);
+    this.log?.warn(cause, line);
   }
 }
 

@@ -14,7 +14,7 @@ import type {
 } from '../../core/store.js';
 import { configurationErrorOf } from './failures.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
-import { RateLimitedLog } from './rate-limited-log.js';
+import { RateLimitedLog } from '../../observability/rate-limited-log.js';
 import {
   DEFAULT_RECORDS_TABLE,
   defaultSchemaOf,
