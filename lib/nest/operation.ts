@@ -59,13 +59,32 @@ function httpOperationOf(context: ExecutionContext): string {
     typeof context.getArgByIndex === 'function'
       ? context.getArgByIndex<RoutedRequest>(0)
       : context.switchToHttp().getRequest<RoutedRequest>();
-  const handler = context.getHandler();
   const template = routeTemplateOf(request) ?? routeTemplateFromMetadata(context);
-  const version = (Reflect.getMetadata(VERSION_METADATA, handler) ?? Reflect.getMetadata(VERSION_METADATA, context.getClass())) as
-    string | symbol | Array<string | symbol> | undefined;
+  const version = versionOf(context.getHandler(), context.getClass());
   const method = (request?.method ?? 'ANY').toUpperCase();
   if (version === undefined || versionInPath(template, version)) return `${method} ${template}`;
   return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}`;
+}
+
+type Version = string | symbol | Array<string | symbol>;
+
+/**
+ * The handler's (or else its controller's) declared version, read once per handler and
+ * class: metadata never changes after boot, and this runs on every request. Keyed by
+ * class too, because an inherited handler serves several controllers.
+ */
+const versions = new WeakMap<Function, WeakMap<Function, Version | null>>();
+function versionOf(handler: Function, controller: Function): Version | undefined {
+  let byClass = versions.get(handler);
+  if (!byClass) versions.set(handler, (byClass = new WeakMap()));
+  let version = byClass.get(controller);
+  if (version === undefined) {
+    version =
+      ((Reflect.getMetadata(VERSION_METADATA, handler) ?? Reflect.getMetadata(VERSION_METADATA, controller)) as Version | undefined) ??
+      null;
+    byClass.set(controller, version);
+  }
+  return version ?? undefined;
 }
 
 /**
@@ -129,7 +148,24 @@ function messageOperationOf(context: ExecutionContext): string {
   // RmqContext -> rmq, NatsContext -> nats, ...; gRPC hands no context object.
   const contextName = typeof message === 'object' && message !== null ? message.constructor?.name : undefined;
   const transport = contextName?.endsWith('Context') ? contextName.slice(0, -'Context'.length).toLowerCase() : context.getType();
-  const patterns = Reflect.getMetadata(PATTERN_METADATA, context.getHandler()) as unknown[] | undefined;
-  if (!patterns || patterns.length === 0) return `${transport} ${context.getClass().name}.${context.getHandler().name}`;
-  return `${transport} ${patterns.map((pattern) => (typeof pattern === 'string' ? pattern : canonicalJson(pattern))).join('|')}`;
+  return `${transport} ${declaredPatternOf(context)}`;
+}
+
+/** The pattern part of a message operation, once per handler (and class, for the fallback): metadata never changes after boot. */
+const declaredPatterns = new WeakMap<Function, WeakMap<Function, string>>();
+function declaredPatternOf(context: ExecutionContext): string {
+  const handler = context.getHandler();
+  const controller = context.getClass();
+  let byClass = declaredPatterns.get(handler);
+  if (!byClass) declaredPatterns.set(handler, (byClass = new WeakMap()));
+  let pattern = byClass.get(controller);
+  if (pattern === undefined) {
+    const patterns = Reflect.getMetadata(PATTERN_METADATA, handler) as unknown[] | undefined;
+    pattern =
+      !patterns || patterns.length === 0
+        ? `${controller.name}.${handler.name}`
+        : patterns.map((p) => (typeof p === 'string' ? p : canonicalJson(p))).join('|');
+    byClass.set(controller, pattern);
+  }
+  return pattern;
 }
