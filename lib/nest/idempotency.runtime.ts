@@ -269,8 +269,7 @@ export class IdempotencyRuntime {
     try {
       value = await call.run();
     } catch (error) {
-      call.failed = true;
-      const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+      const answer = await this.handlerFailed(context, config, call, error);
       const cached = Boolean(config.options.cacheErrors?.(error));
       try {
         // The first caller and every replay get the same answer: the one stored here.
@@ -319,8 +318,7 @@ export class IdempotencyRuntime {
     } catch (error) {
       if (handlerError?.error === error) {
         // Rolled back with the handler's work: nothing is stored, whatever cacheErrors says.
-        call.failed = true;
-        const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+        const answer = await this.handlerFailed(context, config, call, error);
         await adapter.settle?.(context, config, 'failed', error);
         throw answer;
       }
@@ -349,13 +347,26 @@ export class IdempotencyRuntime {
     try {
       value = await call.run();
     } catch (error) {
-      call.failed = true;
-      const answer = isIdempotencyError(error) ? await this.answerOf(context, config, error) : error;
+      const answer = await this.handlerFailed(context, config, call, error);
       await adapter.settle(context, config, 'failed', error);
       throw answer;
     }
     await adapter.settle(context, config, 'unprotected');
     return value;
+  }
+
+  /**
+   * The handler threw: marks the call failed (so nothing settles it again) and returns
+   * what the caller gets instead of `error`.
+   */
+  private handlerFailed(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    call: HandlerCall,
+    error: unknown,
+  ): Promise<unknown> | unknown {
+    call.failed = true;
+    return isIdempotencyError(error) ? this.answerOf(context, config, error) : error;
   }
 
   /**
