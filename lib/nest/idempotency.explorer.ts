@@ -46,7 +46,8 @@ export class IdempotencyExplorer implements OnModuleInit {
         const options = Reflect.getMetadata(IDEMPOTENT_METADATA, method) as IdempotentOptions | undefined;
         if (!options) continue;
         const handler = `${instance.constructor.name}.${name}`;
-        if (transportOf(method) === 'unknown') {
+        const transport = transportOf(method);
+        if (transport === 'unknown') {
           throw this.report(
             handler,
             new IdempotencyConfigurationError(
@@ -75,7 +76,7 @@ export class IdempotencyExplorer implements OnModuleInit {
         try {
           validateIdempotentOptions(`@Idempotent() on ${handler}`, merged, {
             store,
-            transport: transportOf(method),
+            transport,
             messageTransport: declaredTransportOf(method),
             own: options,
           });
