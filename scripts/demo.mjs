@@ -125,8 +125,25 @@ function tally(results) {
 
 const stats = async () => (await call('GET', '/stats')).body;
 
-function record(name, results, effects, expected, note = '') {
-  rows.push({ name, ...tally(results), effects, expected, note });
+/**
+ * One scenario of the report, in words: `sent` says what was sent, `correct` what the
+ * right outcome is, `counted` what the database and the answers show. `effects` must
+ * equal `expected` (counted in the database) for the scenario to pass.
+ */
+function record({ name, sent, correct, counted, results, effects, expected }) {
+  rows.push({ name, sent, correct, counted, ...tally(results), effects, expected });
+}
+
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/** "12 replays, 3 x 409 (in flight), 5 x 422 (another payload)": only the kinds that occurred. */
+function answersOf(t) {
+  const parts = [];
+  if (t.replays) parts.push(plural(t.replays, 'replay'));
+  if (t.conflicts) parts.push(`${t.conflicts} x 409`);
+  if (t.mismatches) parts.push(`${t.mismatches} x 422`);
+  if (t.other) parts.push(`${t.other} other`);
+  return parts.length ? parts.join(', ') : 'no duplicate answers';
 }
 
 // ---------------------------------------------------------------- scenarios
@@ -146,7 +163,17 @@ async function retriedWebhooks() {
     }),
   );
   const after = await stats();
-  record('retried webhooks (20 keys x 5)', results, after.refunds.count - before.refunds.count, keys.length);
+  const refunds = after.refunds.count - before.refunds.count;
+  const t = tally(results);
+  record({
+    name: 'retried webhooks',
+    sent: `${keys.length} refund webhooks, each delivered 5 times in a row (${results.length} requests)`,
+    correct: `${keys.length} refunds, one per webhook; every retry gets the first answer replayed`,
+    counted: `${plural(refunds, 'refund')}; ${answersOf(t)}`,
+    results,
+    effects: refunds,
+    expected: keys.length,
+  });
 }
 
 async function concurrentDuplicates() {
@@ -168,7 +195,16 @@ async function concurrentDuplicates() {
   await sleep(1_000);
   for (const [key, amount] of keys) results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
   const after = await stats();
-  record('concurrent duplicates (10 keys x 10)', results, after.refunds.count - before.refunds.count, keys.length, `${refused} got 409 + Retry-After, then a replay`);
+  const refunds = after.refunds.count - before.refunds.count;
+  record({
+    name: 'concurrent duplicates',
+    sent: `${keys.length} refund webhooks, 10 copies of each at the same instant, then each once more after Retry-After (${results.length} requests)`,
+    correct: `${keys.length} refunds; a copy that arrives while the first runs gets 409 + Retry-After, one sent after it a replay`,
+    counted: `${plural(refunds, 'refund')}; ${refused} x 409 at first, ${answersOf({ ...tally(results), conflicts: 0 })}`,
+    results,
+    effects: refunds,
+    expected: keys.length,
+  });
 }
 
 async function payloadMismatch() {
@@ -178,7 +214,16 @@ async function payloadMismatch() {
   const reused = [...refundKeys.keys()].slice(0, 5);
   for (const key of reused) results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount: 99_999 } }));
   const after = await stats();
-  record('payload mismatch (5 reused keys)', results, after.refunds.count - before.refunds.count, 0, '422, nothing charged');
+  const refunds = after.refunds.count - before.refunds.count;
+  record({
+    name: 'key reused with another payload',
+    sent: `${reused.length} keys of webhooks already refunded, sent again with another amount (${results.length} requests)`,
+    correct: 'nothing refunded; each answered 422 IDEMPOTENCY_FINGERPRINT_MISMATCH',
+    counted: `${plural(refunds, 'refund')}; ${answersOf(tally(results))}`,
+    results,
+    effects: refunds,
+    expected: 0,
+  });
 }
 
 async function ordersAndMessages() {
@@ -212,16 +257,27 @@ async function ordersAndMessages() {
   const reserved = orders.reduce((sum, o) => sum + o.quantity, 0);
   const stockDrop = before.inventory.sku_mug.stock - after.inventory.sku_mug.stock;
   if (stockDrop !== reserved) unexpected.push(`sku_mug stock dropped by ${stockDrop}, expected ${reserved}`);
-  record('orders: create x3, pay x2 (10 orders)', results, after.orders - before.orders, orders.length, 'second "pay" is a no-op');
-  const messages = tally(messageResults);
-  rows.push({
-    name: 'order.paid redelivered (10 msgs x 5 + 1)',
-    ...messages,
-    requests: messages.requests + orders.length,
-    replays: messages.requests + orders.length - (after.shipments.count - before.shipments.count),
-    effects: after.shipments.count - before.shipments.count,
+  const created = after.orders - before.orders;
+  record({
+    name: 'orders created and paid',
+    sent: `${orders.length} orders, each created 3 times with one key, then "pay" clicked twice at once (${results.length} requests)`,
+    correct: `${orders.length} orders; the retried creates get the first order back, the second "pay" changes nothing`,
+    counted: `${plural(created, 'order')}; ${answersOf(tally(results))}`,
+    results,
+    effects: created,
     expected: orders.length,
-    note: `stock -${stockDrop} (expected -${reserved})`,
+  });
+  const shipments = after.shipments.count - before.shipments.count;
+  const deliveries = messageResults.length + orders.length;
+  rows.push({
+    name: 'redelivered messages',
+    sent: `order.paid for ${orders.length} orders, delivered once in the app and redelivered 5 times by the "broker" (${deliveries} deliveries)`,
+    correct: `${orders.length} shipments, one per order; stock of sku_mug down by the ${reserved} units ordered, not more`,
+    counted: `${plural(shipments, 'shipment')}; stock down by ${stockDrop}; ${deliveries - shipments} deliveries did nothing`,
+    ...tally(messageResults),
+    requests: deliveries,
+    effects: shipments,
+    expected: orders.length,
   });
 }
 
@@ -248,7 +304,15 @@ async function optimisticLocking() {
   const end = (await call('GET', `/inventory/${sku}`)).body;
   const expectedStock = start.stock + deltas.reduce((a, b) => a + b, 0);
   if (end.stock !== expectedStock) unexpected.push(`${sku} stock ${end.stock}, expected ${expectedStock} (a lost update)`);
-  record('racing stock edits (8 clerks)', results, end.version - start.version, deltas.length, `stock ${start.stock} -> ${end.stock}, no lost update`);
+  record({
+    name: 'racing stock edits',
+    sent: `${deltas.length} clerks saving an edit of the same stock row at once, each retrying after a 409 (${results.length} requests)`,
+    correct: `all ${deltas.length} edits applied, none lost: stock ${start.stock} -> ${expectedStock}`,
+    counted: `${plural(end.version - start.version, 'edit')} applied, stock ${start.stock} -> ${end.stock}; ${answersOf(tally(results))} (stale versions)`,
+    results,
+    effects: end.version - start.version,
+    expected: deltas.length,
+  });
 }
 
 async function checkoutTokens() {
@@ -265,7 +329,16 @@ async function checkoutTokens() {
     }),
   );
   const after = await stats();
-  record('double-clicked checkouts (5 tokens x 4)', results, after.checkouts - before.checkouts, carts.length, '409 IDEMPOTENCY_TOKEN_USED');
+  const checkouts = after.checkouts - before.checkouts;
+  record({
+    name: 'double-clicked checkouts',
+    sent: `${carts.length} checkout pages, "pay" clicked 4 times at once on each with the page's one-time token (${results.length} requests)`,
+    correct: `${carts.length} checkouts; the other clicks answered 409 IDEMPOTENCY_TOKEN_USED`,
+    counted: `${plural(checkouts, 'checkout')}; ${answersOf(tally(results))}`,
+    results,
+    effects: checkouts,
+    expected: carts.length,
+  });
 }
 
 async function lockedSettlement() {
@@ -278,13 +351,17 @@ async function lockedSettlement() {
   const after = await stats();
   const totals = new Set(results.map((r) => r.body?.refundsTotal));
   if (totals.size !== 1) unexpected.push(`settlement runs disagree on the total: ${[...totals].join(', ')}`);
+  const runs = after.settlements - before.settlements;
+  const replays = results.filter((r) => r.body?.replayed === true).length;
   rows.push({
-    name: 'settlement job x6 at once, then x1 (lock)',
+    name: 'settlement job started by several schedulers',
+    sent: `the daily settlement job started by 6 schedulers at once, then once more (${results.length} starts)`,
+    correct: 'one run; the other starts wait for it under a lock and get its result',
+    counted: `${plural(runs, 'run')}; ${plural(replays, 'start')} got the stored result`,
     ...tally(results),
-    replays: results.filter((r) => r.body?.replayed === true).length,
-    effects: after.settlements - before.settlements,
+    replays,
+    effects: runs,
     expected: 1,
-    note: 'one run; the others waited, then replayed',
   });
 }
 
@@ -310,13 +387,16 @@ async function crashAndRetry() {
   const [oldKey, oldAmount] = [...refundKeys.entries()][0];
   results.push(await call('POST', '/webhooks/refunds', { key: oldKey, body: { accountId: 'acct_1', amount: oldAmount } }));
   const after = await stats();
-  record(
-    'crash: SIGKILL mid-refund, restart, retry',
+  const refunds = after.refunds.count - before.refunds.count;
+  record({
+    name: 'crash: SIGKILL mid-refund, restart, retry',
+    sent: 'a refund webhook whose process is killed (SIGKILL) inside its transaction; after a restart it is retried twice, and an old webhook once',
+    correct: 'exactly 1 new refund: the killed attempt leaves no trace, the first retry runs it, the others replay',
+    counted: `${plural(refunds, 'new refund')}; ${committedBeforeCrash ? 'the kill came after the commit, so the retries replayed' : 'the kill rolled the attempt back; the retry ran it once'}`,
     results,
-    after.refunds.count - before.refunds.count,
-    1,
-    committedBeforeCrash ? 'killed after commit: retries replay' : 'rolled back by the crash; the retry ran it once',
-  );
+    effects: refunds,
+    expected: 1,
+  });
 }
 
 /** For contrast only (not part of the checks): the hand-rolled "check, act, record" guard. */
@@ -331,11 +411,12 @@ async function withoutTheLibrary() {
   const after = await stats();
   const debits = (before.balances.acct_naive - after.balances.acct_naive) / 100;
   contrast = {
-    name: 'WITHOUT the library: hand-rolled guard',
-    ...tally(results),
+    name: 'WITHOUT the library: a hand-rolled guard',
+    sent: `${keys.length} refund webhooks, 10 copies of each at once (${results.length} requests)`,
+    correct: `${keys.length} debits`,
+    counted: `${debits} debits, ${after.naiveRefunds - before.naiveRefunds} refund rows, ${results.filter((r) => r.status >= 500).length} x 500`,
     effects: debits,
     expected: keys.length,
-    note: `${results.filter((r) => r.status >= 500).length} x 500; ${after.naiveRefunds - before.naiveRefunds} refund rows, ${debits} debits`,
   };
 }
 
@@ -357,20 +438,21 @@ async function verify() {
 // ---------------------------------------------------------------- report
 
 function printTable(seconds, check) {
-  const header = ['scenario', 'requests', 'side effects', 'expected', 'replays', '409', '422', 'notes'];
-  const body = rows.map((r) => [r.name, r.requests, r.effects, r.expected, r.replays, r.conflicts, r.mismatches, r.note]);
-  const total = rows.reduce((t, r) => ({ requests: t.requests + r.requests, effects: t.effects + r.effects, expected: t.expected + r.expected, replays: t.replays + r.replays, conflicts: t.conflicts + r.conflicts, mismatches: t.mismatches + r.mismatches }), { requests: 0, effects: 0, expected: 0, replays: 0, conflicts: 0, mismatches: 0 });
-  body.push(['TOTAL', total.requests, total.effects, total.expected, total.replays, total.conflicts, total.mismatches, `${seconds.toFixed(1)} s`]);
-  const cells = [header, ...body].map((row) => row.map(String));
-  const widths = header.map((_, i) => Math.max(...cells.map((row) => row[i].length)));
-  const line = (row) => '| ' + row.map((cell, i) => (i > 0 && i < 7 ? cell.padStart(widths[i]) : cell.padEnd(widths[i]))).join(' | ') + ' |';
-  const rule = '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|';
-  console.log('\n' + line(cells[0]) + '\n' + rule);
-  for (const row of cells.slice(1, -1)) console.log(line(row));
-  console.log(rule + '\n' + line(cells[cells.length - 1]));
+  const mark = (r) => (r.effects === r.expected ? 'ok  ' : 'FAIL');
+  const block = (r, title, label = mark(r)) =>
+    `${label} ${title}\n       sent:     ${r.sent}\n       correct:  ${r.correct}\n       counted:  ${r.counted}`;
+  console.log('\nWhat was sent, what correct means, and what the database shows afterwards:\n');
+  rows.forEach((r, i) => console.log(block(r, `${i + 1}. ${r.name}`) + '\n'));
+  const requests = rows.reduce((n, r) => n + r.requests, 0);
+  const effects = rows.reduce((n, r) => n + r.effects, 0);
+  const expected = rows.reduce((n, r) => n + r.expected, 0);
+  const passed = rows.filter((r) => r.effects === r.expected).length;
+  console.log(`| TOTAL | ${passed}/${rows.length} scenarios correct | ${requests} requests | ${effects} side effects, ${expected} expected | ${seconds.toFixed(1)} s |`);
   if (contrast) {
-    const c = [contrast.name, contrast.requests, contrast.effects, contrast.expected, contrast.replays, contrast.conflicts, contrast.mismatches, contrast.note].map(String);
-    console.log(`\nFor contrast, the same kind of storm on a hand-rolled "seen this key? no: debit, then record it" guard\n(sample-app/src/demo/naive-refunds.controller.ts; not part of the checks):\n${line(c)}`);
+    console.log(
+      `\nFor contrast, the same kind of storm on a hand-rolled "seen this key? no: debit, then record it" guard\n` +
+        `(sample-app/src/demo/naive-refunds.controller.ts in the repository; not part of the checks):\n\n${block(contrast, contrast.name, '    ')}`,
+    );
   }
   console.log(
     `\nside effects executed twice: ${check.duplicated.length + check.duplicatedShipments.length}` +
