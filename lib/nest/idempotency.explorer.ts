@@ -8,6 +8,7 @@ import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport }
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
 import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
+import { graphqlResolverKindOf } from './graphql-resolver.js';
 
 /**
  * Finds every `@Idempotent()` handler when the application initialises and checks its
@@ -114,5 +115,7 @@ export class IdempotencyExplorer implements OnModuleInit {
 
 function transportOf(method: Function): HandlerTransport {
   if (declaredHttpMethodOf(method) !== undefined) return 'http';
-  return isMessageHandler(method) ? 'message' : 'unknown';
+  if (isMessageHandler(method)) return 'message';
+  // Mutations are served; queries, subscriptions and field resolvers are refused by validation.
+  return graphqlResolverKindOf(method) ?? 'unknown';
 }

@@ -18,6 +18,7 @@ import {
 } from '../core/index.js';
 import type { HandlerCall, ObservableHandlerCall } from './handler-call.js';
 import { DirectHandlerCall } from './handler-call.js';
+import { GraphqlTransportAdapter, graphqlOperationOf } from './graphql.adapter.js';
 import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import { scopeOf, type IdempotencyService } from './idempotency.service.js';
@@ -84,6 +85,7 @@ export class IdempotencyRuntime {
   protected readonly adapters: Record<string, TransportAdapter> = {
     http: new HttpTransportAdapter(),
     rpc: new RpcTransportAdapter(),
+    graphql: new GraphqlTransportAdapter(),
   };
   private readonly configs = new WeakMap<Function, Map<string, ResolvedHandlerConfig>>();
 
@@ -104,10 +106,11 @@ export class IdempotencyRuntime {
 
   /**
    * The operation part of the scope: `POST /v1/refunds/:id` on HTTP, `rmq refund.create`
-   * for messages (see docs/concepts.md). Keys of two operations never meet.
+   * for messages, `graphql Mutation.refund @a` for a GraphQL mutation and its response
+   * path (see docs/concepts.md, docs/graphql.md). Keys of two operations never meet.
    */
   protected resolveOperation(context: ExecutionContext, _config: ResolvedHandlerConfig): string {
-    return operationOf(context);
+    return context.getType<string>() === 'graphql' ? graphqlOperationOf(context) : operationOf(context);
   }
 
   /** The principal part of the scope. Override to scope by tenant, API client, ... */
@@ -418,7 +421,8 @@ function resolveConfig(
   const options = mergeHandlerOptions(service.options, handlerOptions);
   validateIdempotentOptions(`@Idempotent() on ${handlerName}`, options, {
     store: options.store ?? service.store,
-    transport: adapter instanceof HttpTransportAdapter ? 'http' : 'message',
+    transport:
+      adapter instanceof HttpTransportAdapter ? 'http' : adapter instanceof GraphqlTransportAdapter ? 'graphql-mutation' : 'message',
     own: handlerOptions,
   });
   const header = (options.header ?? 'Idempotency-Key').toLowerCase();

@@ -6,10 +6,27 @@ import {
   type IdempotencyStore,
 } from '../core/index.js';
 import { checkWholeNumber, shown } from '../core/options.js';
+import type { GraphqlResolverKind } from './graphql-resolver.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency.options.js';
 
-/** Where a handler is served from, as far as boot can tell. */
-export type HandlerTransport = 'http' | 'message' | 'unknown';
+/** Where a handler is served from, as far as boot can tell (GraphQL resolvers by kind: only mutations are served). */
+export type HandlerTransport = 'http' | 'message' | GraphqlResolverKind | 'unknown';
+
+/** Why `@Idempotent()` refuses each GraphQL resolver kind other than a mutation, and what to do instead. */
+const GRAPHQL_REFUSALS: Record<Exclude<GraphqlResolverKind, 'graphql-mutation'>, readonly [string, string]> = {
+  'graphql-query': [
+    'it is a GraphQL query (@Query()), and @Idempotent() protects GraphQL mutations only: a query changes nothing, so running it twice is harmless and needs no key.',
+    'Remove @Idempotent() from this query, and put it on the @Mutation() that makes the change.',
+  ],
+  'graphql-subscription': [
+    'it is a GraphQL subscription (@Subscription()), which delivers events and has no single result to store or replay.',
+    'Remove @Idempotent() from this subscription; protect the @Mutation() (or the provider method) that publishes the events instead.',
+  ],
+  'graphql-field': [
+    'it is a GraphQL field resolver (@ResolveField() or @ResolveReference()), which runs once per parent object of every query and mutation that selects the field.',
+    'Remove @Idempotent() from this field resolver, and put it on the @Mutation() resolver that performs the change.',
+  ],
+};
 
 const DURATIONS = ['ttl', 'leaseTtl', 'waitTimeout'] as const;
 const COUNTS = ['maxResponseBytes', 'maxDeliveries'] as const;
@@ -40,6 +57,9 @@ export function validateIdempotentOptions(
   const fail = (problem: string, fix: string): never => {
     throw new IdempotencyConfigurationError(`${where}: ${problem}`, fix);
   };
+  if (context.transport.startsWith('graphql-') && context.transport !== 'graphql-mutation') {
+    fail(...GRAPHQL_REFUSALS[context.transport as keyof typeof GRAPHQL_REFUSALS]);
+  }
   // The library's one rule for durations and counts, so these read as they do everywhere else.
   for (const name of DURATIONS) checkWholeNumber(where, name, options[name], { unit: 'ms', example: DURATION_EXAMPLES[name] });
   for (const name of COUNTS) checkWholeNumber(where, name, options[name]);
@@ -106,6 +126,12 @@ export function validateIdempotentOptions(
     fail(
       'ack: true acknowledges broker messages, and this is an HTTP route.',
       'Remove ack from this route; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
+    );
+  }
+  if (context.own.ack === true && context.transport === 'graphql-mutation') {
+    fail(
+      'ack: true acknowledges broker messages, and this is a GraphQL mutation.',
+      'Remove ack from this mutation; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
     );
   }
   if (context.own.ack === true && context.messageTransport !== undefined && context.messageTransport !== 'RMQ') {

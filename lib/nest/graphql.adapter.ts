@@ -1,0 +1,235 @@
+import { HttpException, IntrinsicException, type ExecutionContext } from '@nestjs/common';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyKeyInvalidError,
+  IdempotencyNotReplayableError,
+  decodeValue,
+  encodeValue,
+  parseIdempotencyKeyHeader,
+  unstorableReason,
+  type IdempotencyError,
+  type IdempotencyInFlightError,
+  type StoredOutcome,
+} from '../core/index.js';
+import { identityOf } from './principal.js';
+import { problemOf } from './problem.js';
+import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
+
+/** The parts of graphql-js's `GraphQLResolveInfo` read here (the `graphql` package itself is never loaded). */
+interface ResolveInfoLike {
+  fieldName?: string;
+  parentType?: { name?: string };
+  path?: ResponsePath;
+  operation?: { operation?: string };
+}
+
+interface ResponsePath {
+  readonly prev: ResponsePath | undefined;
+  readonly key: string | number;
+}
+
+interface HttpRequestLike {
+  headers?: Record<string, string | string[] | undefined>;
+  user?: unknown;
+}
+
+/** The members of `request.user` the default principal is read from, in order (as on HTTP). */
+const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
+
+/** What a client finds in `errors[].extensions` when the library refuses a mutation. */
+export interface IdempotencyGraphQLErrorExtensions {
+  /** Stable machine-readable code, e.g. `IDEMPOTENCY_REQUEST_IN_FLIGHT`. */
+  readonly code: string;
+  /** The HTTP status the same refusal gets on an HTTP route (400, 409, 422, 503, 500). */
+  readonly status: number;
+  readonly title: string;
+  /** How to fix it. */
+  readonly hint: string;
+  /** For `IDEMPOTENCY_REQUEST_IN_FLIGHT`: whole seconds to wait before retrying, as HTTP's `Retry-After`. */
+  readonly retryAfter?: number;
+}
+
+/**
+ * One of this library's refusals as a resolver error. graphql-js copies `extensions`
+ * of the error a resolver throws into the GraphQL error it reports, so no `GraphQLError`
+ * (and no `graphql` import) is needed. An IntrinsicException: Nest's default exception
+ * filter does not log it, as an HTTP refusal is not logged either (configuration errors
+ * are reported by the module's logger).
+ */
+export class IdempotencyGraphQLError extends IntrinsicException {
+  readonly extensions: IdempotencyGraphQLErrorExtensions;
+  constructor(error: IdempotencyError) {
+    const problem = problemOf(error);
+    super(problem.detail, { cause: error });
+    this.name = 'IdempotencyGraphQLError';
+    const retryAfterMs = (error as Partial<IdempotencyInFlightError>).retryAfterMs;
+    this.extensions = {
+      code: problem.code,
+      status: problem.status,
+      title: problem.title,
+      hint: problem.hint,
+      ...(retryAfterMs ? { retryAfter: Math.max(1, Math.ceil(retryAfterMs / 1000)) } : {}),
+    };
+  }
+}
+
+/**
+ * GraphQL mutations (`@Mutation()` resolvers of `@nestjs/graphql`, Apollo or any driver
+ * that puts the HTTP request in the GraphQL context as `req` or `request`).
+ *
+ * - Key: the `Idempotency-Key` / `X-Idempotency-Key` header of the HTTP request that
+ *   carries the operation, under the HTTP rules (one value, structured-field strings).
+ * - Scope: `graphql Mutation.refund @a`, the field and its response path (alias-aware),
+ *   so several mutations of one operation, sent with one key, each get their own record.
+ * - Fingerprint: the field's arguments. Principal: `request.user`, as on HTTP.
+ * - A duplicate gets the stored value as the field's value; refusals are GraphQL errors
+ *   whose `extensions.code` is the library's stable code.
+ */
+export class GraphqlTransportAdapter implements TransportAdapter {
+  readonly defaultInFlight = 'reject' as const;
+
+  /** Only root fields of a mutation operation are served (boot refuses queries, subscriptions and field resolvers). */
+  admit(context: ExecutionContext, config: ResolvedHandlerConfig): void {
+    const info = infoOf(context);
+    if (info?.operation?.operation === 'mutation' && info.path !== undefined && info.path.prev === undefined) return;
+    throw new IdempotencyConfigurationError(
+      `@Idempotent() on ${config.handlerName}: it protects root fields of GraphQL mutations, and this field was resolved ${
+        info?.path ? `at ${pathOf(info.path)} of a ${info.operation?.operation ?? 'GraphQL'} operation` : 'without GraphQL resolve info'
+      }.`,
+      'Put @Idempotent() on @Mutation() resolvers only.',
+    );
+  }
+
+  readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
+    const headers = requestOf(context)?.headers;
+    if (!headers) return undefined;
+    let key: string | undefined;
+    for (const name of config.keyHeaders) {
+      const value = headers[name];
+      if (value === undefined) continue;
+      const parsed = parseIdempotencyKeyHeader(value);
+      // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
+      if (key !== undefined && key !== parsed) {
+        throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
+      }
+      key = parsed;
+    }
+    return key;
+  }
+
+  describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string {
+    if (config.options.key) return 'the request (the key option returned nothing)';
+    const header = `the ${config.options.header ?? 'Idempotency-Key'} header`;
+    return context && !requestOf(context)?.headers
+      ? `${header} (the GraphQL context holds no HTTP request as req or request)`
+      : `${header} of the HTTP request carrying the GraphQL operation`;
+  }
+
+  /** `request.user.id`, `.sub`, `.userId` or `._id`; anonymous without `request.user`; refused when it cannot be read. */
+  principal(context: ExecutionContext): string | number | undefined {
+    const user = requestOf(context)?.user;
+    if (user === undefined || user === null || user === false) return undefined;
+    if (typeof user === 'object') {
+      for (const field of PRINCIPAL_FIELDS) {
+        const id = identityOf((user as Record<string, unknown>)[field]);
+        if (id !== undefined) return id;
+      }
+    } else {
+      const id = identityOf(user);
+      if (id !== undefined) return id;
+    }
+    throw new IdempotencyConfigurationError(
+      `@Idempotent() cannot tell who sent this mutation: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
+      'Tell it how to read the principal: @Idempotent({ scope: (ctx) => ctx.getArgByIndex(2).req.user.accountId }) or the same `scope` option in IdempotencyModule.forRoot().',
+    );
+  }
+
+  /** The field's arguments, as graphql-js coerced them (variables substituted, defaults applied). */
+  fingerprintMaterial(context: ExecutionContext): unknown {
+    return context.getArgByIndex<unknown>(1) ?? {};
+  }
+
+  captureValue(_context: ExecutionContext, value: unknown): StoredOutcome {
+    const reason = unstorableReason(value);
+    return reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) };
+  }
+
+  /** A cached error (`cacheErrors`): an HttpException by its status and body, any other by its message and `extensions`. */
+  captureError(_context: ExecutionContext, error: unknown): StoredOutcome {
+    const http = error as Partial<HttpException> | null;
+    if (http && typeof http.getStatus === 'function' && typeof http.getResponse === 'function') {
+      return {
+        kind: 'error',
+        error: {
+          name: (error as Error).name,
+          message: (error as Error).message,
+          props: { status: http.getStatus(), body: http.getResponse() },
+        },
+      };
+    }
+    const extensions = (error as { extensions?: unknown } | null)?.extensions;
+    return {
+      kind: 'error',
+      error: {
+        name: error instanceof Error ? error.name : 'Error',
+        message: error instanceof Error ? error.message : String(error),
+        props: typeof extensions === 'object' && extensions !== null ? { extensions: { ...extensions } } : {},
+      },
+    };
+  }
+
+  replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
+    if (outcome.kind === 'value') return decodeValue(outcome.value);
+    if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
+    const props = outcome.error.props ?? {};
+    if (typeof props.status === 'number' && props.body !== undefined) {
+      throw new HttpException(props.body as string | Record<string, unknown>, props.status);
+    }
+    const error = new Error(outcome.error.message) as Error & { extensions?: unknown };
+    Object.defineProperty(error, 'name', { value: outcome.error.name, enumerable: false, configurable: true, writable: true });
+    if (props.extensions) error.extensions = props.extensions;
+    throw error;
+  }
+
+  toTransportError(_context: ExecutionContext, error: IdempotencyError): unknown {
+    return new IdempotencyGraphQLError(error);
+  }
+}
+
+/**
+ * The operation part of a mutation's scope: `graphql Mutation.refund @refund`, or
+ * `graphql Mutation.refund @a` for `a: refund(...)`. The response path keeps two
+ * mutations of one operation apart, so one `Idempotency-Key` can cover the operation.
+ */
+export function graphqlOperationOf(context: ExecutionContext): string {
+  const info = infoOf(context);
+  const handler = context.getHandler();
+  const field = `${info?.parentType?.name ?? context.getClass().name}.${info?.fieldName ?? handler.name}`;
+  return `graphql ${field} @${info?.path ? pathOf(info.path) : (info?.fieldName ?? handler.name)}`;
+}
+
+/** Resolver arguments are `(root, args, context, info)`. */
+function infoOf(context: ExecutionContext): ResolveInfoLike | undefined {
+  const info = context.getArgByIndex<unknown>(3);
+  return typeof info === 'object' && info !== null ? (info as ResolveInfoLike) : undefined;
+}
+
+/**
+ * The HTTP request behind the operation: `context.req` (Apollo on Express and Fastify,
+ * Nest's default context) or `context.request` (some custom contexts, Mercurius's
+ * `reply.request`).
+ */
+function requestOf(context: ExecutionContext): HttpRequestLike | undefined {
+  const graphqlContext = context.getArgByIndex<Record<string, unknown> | undefined>(2);
+  if (typeof graphqlContext !== 'object' || graphqlContext === null) return undefined;
+  const request = (graphqlContext.req ?? graphqlContext.request ?? (graphqlContext.reply as { request?: unknown } | undefined)?.request) as
+    HttpRequestLike | undefined;
+  return typeof request === 'object' && request !== null ? request : undefined;
+}
+
+/** `a`, or `a.0.b` for nested paths. */
+function pathOf(path: ResponsePath): string {
+  let out = String(path.key);
+  for (let prev = path.prev; prev; prev = prev.prev) out = `${String(prev.key)}.${out}`;
+  return out;
+}
