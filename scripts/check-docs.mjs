@@ -9,13 +9,19 @@
 // `await` (an unindented line containing `await`), with
 // `nestjs-idempotency[/subpath]` imports pointed at the lib/ sources, and one tsc run
 // checks them all against the root tsconfig. A block opened with ```ts nocheck is
-// skipped (use it for fragments that cannot compile alone). Errors are reported at
-// their markdown file and line.
+// skipped (use it for fragments that cannot compile alone). Blocks opened with
+// ```ts file=src/x.ts [app=name] are the files of an application (scripts/doc-apps.mjs):
+// each app's files are written under their paths and checked together. Errors are
+// reported at their markdown file and line.
+//
+// It also checks every relative link of these pages: the target must be a file the npm
+// package ships (package.json "files"), and a #fragment must name a heading there.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { docAppsOf } from './doc-apps.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
@@ -63,7 +69,7 @@ function snippetsOf(markdown) {
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
     if (!open) {
-      const fence = /^(\s*)(`{3,}|~{3,})\s*(ts|typescript)\b(.*)$/.exec(line);
+      const fence = /^(\s*)(`{3,}|~{3,})\s*(ts|typescript)\b(?!.*\bfile=)(.*)$/.exec(line);
       if (fence) open = { indent: fence[1].length, fence: fence[2], flags: fence[4].trim().split(/\s+/), firstLine: i + 2, body: [] };
     } else if (line.trim().startsWith(open.fence) && line.trim().replace(/[`~]/g, '') === '') {
       snippets.push({ code: open.body.join('\n'), firstLine: open.firstLine, skip: open.flags.includes('nocheck') });
@@ -90,7 +96,7 @@ const files = markdownFiles(process.argv.slice(2));
 const workDir = join(root, '.tmp', 'docs-snippets', `run-${process.pid}-${Date.now()}`);
 mkdirSync(workDir, { recursive: true });
 
-const origins = new Map(); // snippet file name -> { md, firstLine }
+const origins = new Map(); // absolute path of a snippet file -> { md, firstLine }
 let checked = 0;
 let skipped = 0;
 for (const file of files) {
@@ -104,9 +110,67 @@ for (const file of files) {
     const name = `${stem}_${String(index + 1).padStart(2, '0')}${extension}`;
     // `export {}` on the last line makes every snippet a module of its own, so names never clash across snippets.
     writeFileSync(join(workDir, name), rewriteImports(snippet.code, workDir) + '\nexport {};\n');
-    origins.set(name, { md: relative(root, file), firstLine: snippet.firstLine });
+    origins.set(join(workDir, name), { md: relative(root, file), firstLine: snippet.firstLine });
     checked++;
   });
+  for (const [app, appFiles] of docAppsOf(readFileSync(file, 'utf8'))) {
+    for (const [path, { code, lang, line }] of appFiles) {
+      if (lang !== 'ts' && lang !== 'typescript') continue;
+      const target = join(workDir, 'apps', stem, app, path);
+      mkdirSync(dirname(target), { recursive: true });
+      writeFileSync(target, rewriteImports(code, dirname(target)));
+      origins.set(target, { md: relative(root, file), firstLine: line });
+      checked++;
+    }
+  }
+}
+
+const brokenLinks = files.flatMap((file) => brokenLinksOf(file));
+if (brokenLinks.length > 0) {
+  console.error(brokenLinks.join('\n'));
+  console.error(`\ncheck-docs: FAILED: ${brokenLinks.length} link(s) point outside the npm package or to no heading.`);
+  process.exit(1);
+}
+
+/** Relative links whose target the package does not ship, or whose #fragment names no heading. */
+function brokenLinksOf(file) {
+  const shipped = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).files ?? [];
+  const isShipped = (path) => path === 'package.json' || shipped.some((entry) => path === entry || path.startsWith(entry + '/'));
+  const broken = [];
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .forEach((line, index) => {
+      for (const match of line.matchAll(/\]\(([^)\s]+)\)/g)) {
+        const href = match[1];
+        if (/^[a-z]+:/i.test(href)) continue;
+        const [path, fragment] = href.split('#');
+        const target = path ? resolve(dirname(file), path) : file;
+        const where = `${relative(root, file)}:${index + 1}: ${href}`;
+        if (!existsSync(target)) broken.push(`${where}: no such file`);
+        else if (!isShipped(relative(root, target).split('\\').join('/'))) broken.push(`${where}: not in the npm package (package.json "files")`);
+        else if (fragment && target.endsWith('.md') && !headingSlugsOf(readFileSync(target, 'utf8')).has(fragment)) broken.push(`${where}: no heading #${fragment}`);
+      }
+    });
+  return broken;
+}
+
+/** The anchors a markdown renderer (GitHub's, npm's) gives the headings of a page. */
+function headingSlugsOf(markdown) {
+  const slugs = new Set();
+  let fenced = false;
+  for (const line of markdown.split('\n')) {
+    if (/^\s*(`{3,}|~{3,})/.test(line)) fenced = !fenced;
+    const heading = !fenced && /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
+    if (!heading) continue;
+    const base = heading[1]
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/\s/g, '-');
+    let slug = base;
+    for (let n = 1; slugs.has(slug); n++) slug = `${base}-${n}`;
+    slugs.add(slug);
+  }
+  return slugs;
 }
 
 function finish(code) {
@@ -125,7 +189,7 @@ writeFileSync(
     {
       extends: relative(workDir, join(root, 'tsconfig.json')).split('\\').join('/'),
       compilerOptions: { noEmit: true, declaration: false, noUnusedLocals: false, noUnusedParameters: false },
-      include: ['./*.ts', './*.mts'],
+      include: ['./*.ts', './*.mts', './apps/**/*.ts'],
     },
     null,
     2,
@@ -143,8 +207,8 @@ const mapped = output
   .map((line) => {
     const match = /^(.*?)\((\d+),(\d+)\): (.*)$/.exec(line);
     if (!match) return line;
-    const origin = origins.get(match[1].split(/[\\/]/).pop());
-    if (!origin || !resolve(root, match[1]).startsWith(workDir)) return line;
+    const origin = origins.get(resolve(root, match[1]));
+    if (!origin) return line;
     return `${origin.md}:${origin.firstLine + Number(match[2]) - 1}:${match[3]} ${match[4]}`;
   });
 

@@ -145,7 +145,7 @@ describe('docs/messages.md', () => {
     const marker = `<!-- tested in ${recipe} -->`;
     const start = docs.indexOf(marker);
     expect(start).toBeGreaterThan(-1);
-    const block = /```ts\n([\s\S]*?)```/.exec(docs.slice(start))![1];
+    const block = /```ts[^\n]*\n([\s\S]*?)```/.exec(docs.slice(start))![1];
     const source = readFileSync(join(__dirname, '../..', recipe), 'utf8').replace("'../../../lib/index.js'", "'nestjs-idempotency'");
     expect(block).toBe(source);
   });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Controller, Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { EventPattern, MessagePattern, Payload, Transport, type RmqOptions } from '@nestjs/microservices';
@@ -14,7 +15,8 @@ export interface RefundCommand {
 export class RefundsService {
   async refund(_command: RefundCommand): Promise<void> {}
   async quote(command: RefundCommand) {
-    return { refundId: command.refundId, amount: command.amount };
+    // A new id on every run: a duplicate that gets the same quoteId got the stored answer.
+    return { quoteId: randomUUID(), refundId: command.refundId, amount: command.amount };
   }
 }
 

@@ -1,0 +1,45 @@
+// Reads the applications a documentation page shows as files. A fenced block whose info
+// string names a file belongs to an app:
+//
+//   ```ts file=src/main.ts                  the page's default app
+//   ```ts file=src/app.module.ts app=redis  the `redis` app: the default app's files, this one replacing its namesake
+//
+// Used by scripts/check-docs.mjs (type-checks each app's TypeScript files together) and
+// test/docs/getting-started.e2e-spec.ts (builds each app with the page's own tsconfig.json
+// and runs it against the real services).
+
+export const DEFAULT_APP = 'default';
+
+/**
+ * The apps of one markdown page: app name -> (path -> { code, lang, line }), where `line`
+ * is the markdown line of the block's first code line. Every named app holds the default
+ * app's files unless it shows its own version of the same path.
+ */
+export function docAppsOf(markdown) {
+  const own = new Map();
+  const lines = markdown.split('\n');
+  let open;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (!open) {
+      const fence = /^(`{3,})(\w+)\s+(.*)$/.exec(line);
+      if (!fence) continue;
+      const attributes = Object.fromEntries([...fence[3].matchAll(/(\w+)=(\S+)/g)].map((m) => [m[1], m[2]]));
+      if (!attributes.file) continue;
+      open = { fence: fence[1], lang: fence[2], path: attributes.file, app: attributes.app ?? DEFAULT_APP, line: i + 2, body: [] };
+    } else if (line.startsWith(open.fence) && line.trim() === open.fence) {
+      if (!own.has(open.app)) own.set(open.app, new Map());
+      const files = own.get(open.app);
+      if (files.has(open.path)) throw new Error(`line ${open.line}: ${open.path} is shown twice for the app "${open.app}"`);
+      files.set(open.path, { code: open.body.join('\n') + '\n', lang: open.lang, line: open.line });
+      open = undefined;
+    } else {
+      open.body.push(line);
+    }
+  }
+  if (open) throw new Error(`line ${open.line}: the block of ${open.path} is never closed`);
+  const base = own.get(DEFAULT_APP) ?? new Map();
+  const apps = new Map();
+  for (const [name, files] of own) apps.set(name, name === DEFAULT_APP ? files : new Map([...base, ...files]));
+  return apps;
+}
