@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Type-checks every ```ts block of the docs, so a snippet cannot drift from the API.
 //
-//   node scripts/check-docs.mjs                    README.md and docs/*.md
+//   node scripts/check-docs.mjs                    README.md, CHANGELOG.md and docs/*.md
 //   node scripts/check-docs.mjs docs/http.md dir/  only these files (directories: their *.md)
 //
 // Each block becomes its own module under .tmp/docs-snippets/ (gitignored): CommonJS
@@ -45,7 +45,7 @@ function entryPointsOf(pkg) {
 }
 
 function markdownFiles(args) {
-  const targets = args.length ? args.map((a) => resolve(a)) : [join(root, 'README.md'), join(root, 'docs')];
+  const targets = args.length ? args.map((a) => resolve(a)) : [join(root, 'README.md'), join(root, 'CHANGELOG.md'), join(root, 'docs')];
   const files = [];
   for (const target of targets) {
     if (!existsSync(target)) {
