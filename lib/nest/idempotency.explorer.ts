@@ -8,6 +8,8 @@ import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport }
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
 import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
+import { resolveMethodConfig, scheduleAdapter, targetOf } from './method-runner.js';
+import type { SchedulerRegistryLike } from './schedule.adapter.js';
 import { graphqlResolverKindOf } from './graphql-resolver.js';
 
 /**
@@ -48,16 +50,6 @@ export class IdempotencyExplorer implements OnModuleInit {
         if (!options) continue;
         const handler = `${instance.constructor.name}.${name}`;
         const transport = transportOf(method);
-        if (transport === 'unknown') {
-          throw this.report(
-            handler,
-            new IdempotencyConfigurationError(
-              `@Idempotent() on ${handler}: it is neither an HTTP route (@Post(), @Put(), ...) nor a message handler (@MessagePattern(), @EventPattern()), ` +
-                'the only handlers it protects today; on a WebSocket gateway, a GraphQL resolver or a service method every duplicate would run.',
-              'Remove @Idempotent() there, and make the work idempotent with IdempotencyService.run(key, fn) or makeIdempotent() inside the method.',
-            ),
-          );
-        }
         // Request-scoped and transient classes get their properties per request: only static ones can be checked here.
         const isStatic = wrapper.isDependencyTreeStatic();
         const runtime = instance[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
@@ -72,6 +64,17 @@ export class IdempotencyExplorer implements OnModuleInit {
         }
         // Handlers served by another IdempotencyModule instance are that module's to check.
         if (runtime && runtime.service !== this.service) continue;
+        if (transport === 'unknown') {
+          // A method without a request: a provider method, an event listener, a BullMQ processor, a schedule.
+          const target = targetOf(method, instance.constructor, name);
+          try {
+            stores.add(resolveMethodConfig(target, options, this.service).policy.store);
+          } catch (error) {
+            throw this.report(handler, error);
+          }
+          if (target.kind === 'cron') this.findSchedulerRegistry();
+          continue;
+        }
         const merged = mergeHandlerOptions(this.service.options, options);
         const store = merged.store ?? this.service.store;
         try {
@@ -90,6 +93,17 @@ export class IdempotencyExplorer implements OnModuleInit {
     for (const store of stores) {
       this.service.watchStore(store);
       await this.verify(store);
+    }
+  }
+
+  /** The application's SchedulerRegistry (@nestjs/schedule), through which a @Cron() tick's scheduled time is read. */
+  private findSchedulerRegistry(): void {
+    for (const wrapper of this.discovery.getProviders()) {
+      const candidate = wrapper.instance as (Partial<SchedulerRegistryLike> & { addCronJob?: unknown }) | undefined;
+      if (candidate && typeof candidate.getCronJobs === 'function' && typeof candidate.addCronJob === 'function') {
+        scheduleAdapter.useRegistry(candidate as SchedulerRegistryLike);
+        return;
+      }
     }
   }
 

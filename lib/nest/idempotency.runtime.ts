@@ -23,6 +23,7 @@ import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js'
 import type { IdempotentOptions } from './idempotency.options.js';
 import { scopeOf, type IdempotencyService } from './idempotency.service.js';
 import { mergeHandlerOptions, validateIdempotentOptions } from './idempotency.validation.js';
+import { MethodExecutionContext } from './method-context.js';
 import { operationOf } from './operation.js';
 import { principalOf } from './principal.js';
 import { RpcTransportAdapter } from './rpc.adapter.js';
@@ -110,6 +111,8 @@ export class IdempotencyRuntime {
    * path (see docs/concepts.md, docs/graphql.md). Keys of two operations never meet.
    */
   protected resolveOperation(context: ExecutionContext, _config: ResolvedHandlerConfig): string {
+    // Provider methods, jobs, events and schedules carry theirs (`method RefundService.refund`, `bullmq refunds`).
+    if (context instanceof MethodExecutionContext) return context.operation;
     return context.getType<string>() === 'graphql' ? graphqlOperationOf(context) : operationOf(context);
   }
 

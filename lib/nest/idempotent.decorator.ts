@@ -6,6 +6,8 @@ import { IDEMPOTENCY_RUNTIME, IDEMPOTENT_METADATA } from './idempotency.constant
 import type { IdempotentOptions } from './idempotency.options.js';
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
+import type { IdempotentMethodOptions } from './method-options.js';
+import { callWithoutRequest } from './method-runner.js';
 import { refuseWithoutModule } from './unconfigured.js';
 /** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
 const WRAPPED = Symbol.for('nestjs-idempotency:wrapped');
@@ -16,9 +18,21 @@ const CurrentExecutionContext = createParamDecorator((_data: unknown, context: E
 type HandlerFunction = ((...args: unknown[]) => unknown) & { [WRAPPED]?: true };
 
 /**
- * Makes a controller method or message handler idempotent: the first request with a
- * key runs it and stores the result; duplicates get that result replayed. Options
- * override the defaults of `IdempotencyModule.forRoot()`.
+ * Makes a method idempotent: the first call with a key runs it and stores the result;
+ * duplicates get that result replayed. Options override the defaults of
+ * `IdempotencyModule.forRoot()`.
+ *
+ * - HTTP routes and microservice handlers: the key comes from the request (the
+ *   `Idempotency-Key` header, the message id) or the `key` option over the ExecutionContext.
+ * - Any other provider method (called by your code, `@OnEvent()`): `key` over the
+ *   method's own arguments is required (see `IdempotentMethodOptions`); without it the
+ *   application refuses to start.
+ * - `process(job)` of a BullMQ `WorkerHost`: the key defaults to the job id.
+ * - `@Cron()` / `@Interval()`: the key defaults to the tick, so that one of several
+ *   instances runs each tick.
+ *
+ * A route or message handler called directly by your own code (no request) is refused,
+ * unless idempotency is switched off (`IdempotencyTestingModule`).
  *
  * The decorator wraps the method itself rather than adding an interceptor: Nest's
  * interceptor pipeline alone costs a route a sizeable share of its throughput (see
@@ -30,15 +44,34 @@ type HandlerFunction = ((...args: unknown[]) => unknown) & { [WRAPPED]?: true };
  * @Post('refunds')
  * @Idempotent({ ttl: 24 * 60 * 60 * 1000 })
  * refund(@Body() dto: RefundDto) { ... }
+ *
+ * @example
+ * @Idempotent({ key: (refund: RefundRequest) => refund.id })
+ * async refund(refund: RefundRequest) { ... }
  */
-export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
+export function Idempotent(options?: IdempotentOptions): MethodDecorator;
+/**
+ * `@Idempotent()` on a method called without a request (a provider method, an event
+ * listener, a BullMQ processor, a schedule): `key` and `fingerprint` take the method's
+ * arguments, typed `Args` and checked against the decorated method.
+ */
+export function Idempotent<Args extends unknown[]>(
+  options: IdempotentMethodOptions<Args>,
+): <M extends (...args: Args) => unknown>(
+  target: object,
+  propertyKey: string | symbol,
+  descriptor: TypedPropertyDescriptor<M>,
+) => TypedPropertyDescriptor<M> | void;
+/** Either kind of options, e.g. from a variable typed as their union. */
+export function Idempotent(options?: IdempotentOptions | IdempotentMethodOptions): MethodDecorator;
+export function Idempotent(options: IdempotentOptions | IdempotentMethodOptions = {}): MethodDecorator {
   return <T>(target: object, propertyKey: string | symbol, descriptor: TypedPropertyDescriptor<T>) => {
     const original = descriptor.value as unknown as HandlerFunction;
     const where = `${target.constructor.name}.${String(propertyKey)}`;
     if (typeof original !== 'function') {
       throw new IdempotencyConfigurationError(
         `@Idempotent() on ${where}: it decorates methods only.`,
-        'Put @Idempotent() on a controller method or message handler.',
+        'Put @Idempotent() on a method: a route, a message handler, or a provider method with a key option.',
       );
     }
     if (original[WRAPPED]) {
@@ -56,15 +89,17 @@ export function Idempotent(options: IdempotentOptions = {}): MethodDecorator {
 
     const wrapper: HandlerFunction = function (this: Record<string, unknown> | undefined, ...args: unknown[]): unknown {
       const context = args[contextIndex] as ExecutionContext | undefined;
-      // Called by your own code (a unit test, another method): no request, no protocol.
-      if (!context || typeof context.getType !== 'function') return original.apply(this, args);
+      // No request: a provider method, a job, an event or a tick, or a handler called by your own code.
+      if (!context || typeof context.getType !== 'function') {
+        return callWithoutRequest(this, wrapper, String(propertyKey), options, args, () => original.apply(this, args));
+      }
       // Without parameter decorators Nest hands microservice and gateway handlers their raw
       // arguments, which adding the context parameter replaced by empty slots.
       if (!hasParamDecorators && context.getType() !== 'http') args = context.getArgs();
       else args.length = contextIndex;
       const runtime = this?.[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
       if (!runtime) return refuseWithoutModule(context);
-      return runtime.handle(context, options, () => original.apply(this, args));
+      return runtime.handle(context, options as IdempotentOptions, () => original.apply(this, args));
     };
     wrapper[WRAPPED] = true;
     Object.defineProperty(wrapper, 'name', { value: original.name });

@@ -119,12 +119,12 @@ describe('@Idempotent() as a method wrapper (express)', () => {
     expect(events.some((e) => e.handler === 'WrappedController.accepted' && e.type === 'claimed')).toBe(true);
   });
 
-  it('runs the plain method when your own code calls it (no request, no store)', async () => {
+  it('refuses a direct call from your own code (no request, so no key), touching no store', async () => {
     const controller = app.get(WrappedController);
     const before = effects.count('direct');
     const eventsBefore = events.length;
-    expect(controller.direct({ amount: 1 })).toEqual({ n: before + 1, amount: 1 });
-    expect(controller.direct({ amount: 1 })).toEqual({ n: before + 2, amount: 1 });
+    expect(() => controller.direct({ amount: 1 })).toThrow(/WrappedController\.direct: this request handler was called directly/);
+    expect(effects.count('direct')).toBe(before);
     expect(events.length).toBe(eventsBefore);
   });
 

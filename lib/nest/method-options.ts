@@ -1,0 +1,40 @@
+import type { IdempotentOptions } from './idempotency.options.js';
+
+type MaybePromise<T> = T | Promise<T>;
+
+/**
+ * Options of `@Idempotent()` on a method that runs without a request: a provider method
+ * your code calls, an `@OnEvent()` listener, `process(job)` of a BullMQ processor, a
+ * `@Cron()` / `@Interval()` job. `key` and `fingerprint` receive the method's own
+ * arguments (typed by `Args`, checked against the method it decorates), and `scope`
+ * names the operation. The options of HTTP routes (`header`, `replayHeaders`) and of
+ * RabbitMQ (`ack`, `maxDeliveries`) do not apply and are refused at boot.
+ *
+ * @example
+ * @Idempotent({ key: (refund: RefundRequest) => refund.id })
+ * async refund(refund: RefundRequest) { ... }
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any arguments when Args is not given
+export interface IdempotentMethodOptions<Args extends unknown[] = any[]> extends Omit<
+  IdempotentOptions,
+  'key' | 'scope' | 'fingerprint' | 'header' | 'replayHeaders' | 'ack' | 'maxDeliveries'
+> {
+  /**
+   * Derives the key from the call's arguments. Required on a provider method and an
+   * `@OnEvent()` listener (refused at boot without it).
+   * @default BullMQ: the job id; `@Cron()`: its scheduled fire time; `@Interval()`: the epoch-aligned period of the tick
+   */
+  key?: (...args: Args) => MaybePromise<string | number | undefined | null>;
+  /**
+   * The operation part of the scope: keys of two operations never meet. Set it to keep
+   * keys when a class or method is renamed, or to share keys between two methods.
+   * @default `method RefundService.refund`; BullMQ `bullmq <queue name>`; `cron <job name>`, `interval <job name>` (the name given to the decorator, else `Class.method`)
+   */
+  scope?: string;
+  /**
+   * What must match when a key is reused (same key, other material: `IdempotencyFingerprintMismatchError`),
+   * or false to turn the check off.
+   * @default the arguments; BullMQ: the job's name and data; schedules: none
+   */
+  fingerprint?: false | ((...args: Args) => unknown);
+}

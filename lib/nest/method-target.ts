@@ -1,0 +1,95 @@
+// `.js` so that Node's ESM loader finds it on Nest 11 (no exports map) and 12.
+import { PATH_METADATA } from '@nestjs/common/constants.js';
+import { isMessageHandler } from './operation.js';
+
+// The integrations are optional peers: their metadata keys (stable across their majors)
+// are written out rather than imported, so an application that uses none of them loads none.
+/** `@Processor()` of @nestjs/bullmq, on the class. */
+const BULLMQ_PROCESSOR_METADATA = 'bullmq:processor_metadata';
+/** `@OnEvent()` of @nestjs/event-emitter, on the method: `[{ event, options }]`. */
+const EVENT_LISTENER_METADATA = 'EVENT_LISTENER_METADATA';
+/** @nestjs/schedule, on the method. */
+const SCHEDULER_TYPE = 'SCHEDULER_TYPE';
+const SCHEDULER_NAME = 'SCHEDULER_NAME';
+const SCHEDULE_CRON_OPTIONS = 'SCHEDULE_CRON_OPTIONS';
+const SCHEDULE_INTERVAL_OPTIONS = 'SCHEDULE_INTERVAL_OPTIONS';
+/** @nestjs/schedule's SchedulerType enum, by value. */
+const CRON = 1;
+const INTERVAL = 3;
+/** `@Query()` / `@Mutation()` / ... of @nestjs/graphql, on the method. */
+const GRAPHQL_RESOLVER_TYPE_METADATA = 'graphql:resolver_type';
+const GRAPHQL_RESOLVE_PROPERTY_METADATA = 'graphql:resolve_property';
+
+/**
+ * What an `@Idempotent()` method that runs without a request is:
+ * - `method`: a provider method (your own code calls it, or `@OnEvent()`, `@Timeout()`);
+ *   its key is the `key` option over the call's arguments.
+ * - `bullmq`: `process(job)` of an @nestjs/bullmq `WorkerHost`; the key defaults to the job id.
+ * - `cron` / `interval`: an @nestjs/schedule job; the key defaults to the tick.
+ */
+export type MethodKind = 'method' | 'bullmq' | 'cron' | 'interval';
+
+/** A method decorated with `@Idempotent()` outside a request, as read from its metadata once. */
+export interface MethodTarget {
+  readonly kind: MethodKind;
+  /** `Class.method`. */
+  readonly handlerName: string;
+  /** The operation part of the scope: `method RefundService.refund`, `bullmq refunds`, `cron nightly-settlement`. */
+  readonly operation: string;
+  /** `@OnEvent()` listener: the event names it listens to. */
+  readonly events?: readonly string[];
+  /** `cron`: the schedule as declared (`'0 * * * *'`, a Date), with its time zone. */
+  readonly cron?: { readonly cronTime: unknown; readonly timeZone?: string; readonly utcOffset?: string | number };
+  /** `interval`: its period, ms. */
+  readonly every?: number;
+}
+
+/**
+ * True for the methods a request reaches (HTTP routes, microservice handlers, GraphQL
+ * resolvers): their key comes from the request, so a call without one is no tick or
+ * job but your own code calling a handler.
+ */
+export function isRequestHandler(method: Function): boolean {
+  return (
+    Reflect.getMetadata(PATH_METADATA, method) !== undefined ||
+    isMessageHandler(method) ||
+    Reflect.getMetadata(GRAPHQL_RESOLVER_TYPE_METADATA, method) !== undefined ||
+    Reflect.getMetadata(GRAPHQL_RESOLVE_PROPERTY_METADATA, method) === true
+  );
+}
+
+/** What the method is, from the metadata on it and its class. */
+export function methodTargetOf(method: Function, owner: Function, propertyName: string): MethodTarget {
+  const handlerName = `${owner.name}.${propertyName}`;
+  const processor = Reflect.getMetadata(BULLMQ_PROCESSOR_METADATA, owner) as { name?: string } | undefined;
+  if (processor && propertyName === 'process') {
+    return { kind: 'bullmq', handlerName, operation: `bullmq ${processor.name ?? 'default'}` };
+  }
+  const schedulerType = Reflect.getMetadata(SCHEDULER_TYPE, method) as number | undefined;
+  const scheduleName = (Reflect.getMetadata(SCHEDULER_NAME, method) as string | undefined) ?? handlerName;
+  if (schedulerType === CRON) {
+    const options = (Reflect.getMetadata(SCHEDULE_CRON_OPTIONS, method) ?? {}) as {
+      cronTime?: unknown;
+      timeZone?: string;
+      utcOffset?: string | number;
+    };
+    return {
+      kind: 'cron',
+      handlerName,
+      operation: `cron ${scheduleName}`,
+      cron: { cronTime: options.cronTime, timeZone: options.timeZone, utcOffset: options.utcOffset },
+    };
+  }
+  if (schedulerType === INTERVAL) {
+    const options = (Reflect.getMetadata(SCHEDULE_INTERVAL_OPTIONS, method) ?? {}) as { timeout?: number };
+    return { kind: 'interval', handlerName, operation: `interval ${scheduleName}`, every: options.timeout };
+  }
+  const listeners = Reflect.getMetadata(EVENT_LISTENER_METADATA, method) as Array<{ event?: unknown }> | undefined;
+  const events = listeners?.map((listener) => eventName(listener.event));
+  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events };
+}
+
+function eventName(event: unknown): string {
+  if (Array.isArray(event)) return event.map(String).join('.');
+  return typeof event === 'symbol' ? (event.description ?? 'symbol') : String(event);
+}

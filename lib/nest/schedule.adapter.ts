@@ -1,0 +1,97 @@
+import type { ExecutionContext } from '@nestjs/common';
+import { IdempotencyConfigurationError, type InFlightStrategy } from '../core/index.js';
+import { MethodAdapter, type MethodHandlerConfig } from './method.adapter.js';
+import { NO_REPLY, type ResolvedHandlerConfig } from './transport.adapter.js';
+
+/** The members of @nestjs/schedule's SchedulerRegistry read here (the package is never imported). */
+export interface SchedulerRegistryLike {
+  getCronJobs(): Map<string, { cronTime?: object }>;
+}
+
+/** The members of cron's CronTime read here. */
+interface CronTimeLike {
+  getNextDateFrom(start: Date): { toMillis(): number };
+}
+type CronTimeClass = new (source: unknown, timeZone?: string, utcOffset?: string | number) => CronTimeLike;
+
+/** A tick runs at or after its scheduled time; this much ahead still counts as that tick (timer rounding), ms. */
+const EARLY_TOLERANCE_MS = 5;
+/** How far back the scheduled time of a late tick is looked for, widening until one is found, ms. */
+const LOOKBACKS_MS = [2_000, 120_000, 7_200_000, 2 * 86_400_000, 64 * 86_400_000, 800 * 86_400_000];
+
+/**
+ * `@Cron()` and `@Interval()` jobs of @nestjs/schedule run by several instances: the key
+ * is the tick, the same on every instance, so that one instance runs each tick and the
+ * others skip it. Cron: the scheduled fire time of the tick (not the clock when it ran).
+ * Interval: the epoch-aligned period the tick falls in (`floor(now / every) * every`).
+ * A duplicate tick (replayed, or still running elsewhere) returns nothing and logs nothing.
+ */
+export class ScheduleAdapter extends MethodAdapter {
+  override readonly defaultInFlight: InFlightStrategy = 'reject';
+
+  /**
+   * An application's SchedulerRegistry, found at boot: cron's CronTime class is reached
+   * through its jobs, as this library does not depend on cron.
+   */
+  private registry: SchedulerRegistryLike | undefined;
+  private readonly cronTimes = new WeakMap<ResolvedHandlerConfig, CronTimeLike>();
+
+  /** @internal called at boot by the explorer with the application's SchedulerRegistry */
+  useRegistry(registry: SchedulerRegistryLike): void {
+    this.registry = registry;
+  }
+
+  override readKey(_context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
+    const { target } = config as MethodHandlerConfig;
+    const now = Date.now();
+    if (target.kind === 'interval') {
+      const every = target.every ?? 0;
+      return new Date(every > 0 ? Math.floor(now / every) * every : now).toISOString();
+    }
+    return new Date(this.scheduledTimeOf(config as MethodHandlerConfig, now)).toISOString();
+  }
+
+  override describeKeySource(config: ResolvedHandlerConfig): string {
+    return config.options.key ? `the key option of ${config.handlerName} (it returned nothing)` : 'the tick of the schedule';
+  }
+
+  override replay(): unknown {
+    return NO_REPLY;
+  }
+
+  /** The scheduled time of the tick running now: the last fire time of the cron expression at or before now. */
+  private scheduledTimeOf(config: MethodHandlerConfig, now: number): number {
+    const source = config.target.cron?.cronTime;
+    if (source instanceof Date) return source.getTime();
+    if (typeof (source as { toMillis?: unknown })?.toMillis === 'function') return (source as { toMillis(): number }).toMillis();
+    const cronTime = this.cronTimeOf(config);
+    const limit = now + EARLY_TOLERANCE_MS;
+    for (const lookback of LOOKBACKS_MS) {
+      let date = cronTime.getNextDateFrom(new Date(limit - lookback)).toMillis();
+      if (date > limit) continue;
+      for (;;) {
+        const next = cronTime.getNextDateFrom(new Date(date)).toMillis();
+        if (next > limit) return date;
+        date = next;
+      }
+    }
+    return now;
+  }
+
+  private cronTimeOf(config: MethodHandlerConfig): CronTimeLike {
+    let cronTime = this.cronTimes.get(config);
+    if (cronTime) return cronTime;
+    const job = this.registry ? [...this.registry.getCronJobs().values()].find((candidate) => candidate.cronTime) : undefined;
+    if (!job?.cronTime) {
+      throw new IdempotencyConfigurationError(
+        `@Idempotent() on ${config.handlerName}: the scheduled time of this @Cron() tick cannot be read, as no cron job is registered with ScheduleModule.`,
+        'Import ScheduleModule.forRoot() in the application that runs this job, or give @Idempotent() a key option of your own.',
+      );
+    }
+    const CronTime = job.cronTime.constructor as CronTimeClass;
+    const { cronTime: source, timeZone, utcOffset } = config.target.cron ?? {};
+    cronTime = new CronTime(source, timeZone, utcOffset);
+    this.cronTimes.set(config, cronTime);
+    return cronTime;
+  }
+}
