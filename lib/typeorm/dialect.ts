@@ -6,9 +6,10 @@ import type { DataSource } from 'typeorm';
  * - `postgres`: PostgreSQL itself (the record store's shared dialect);
  * - `cockroachdb`: speaks PostgreSQL's SQL, and also aborts a transaction on a failed statement;
  * - `sqlite`: every single-connection SQLite driver;
- * - `other`: MySQL, SQL Server, Oracle and the rest.
+ * - `mysql`: TypeORM's `mysql` and `mariadb` drivers (MySQL 8, MariaDB 10.11+, through mysql2);
+ * - `other`: SQL Server, Oracle and the rest.
  */
-export type DriverFamily = 'postgres' | 'cockroachdb' | 'sqlite' | 'other';
+export type DriverFamily = 'postgres' | 'cockroachdb' | 'sqlite' | 'mysql' | 'other';
 
 /** TypeORM driver types served by SQLite (all single-connection drivers). */
 const SQLITE_FAMILY = new Set(['sqlite', 'better-sqlite3', 'sqljs', 'capacitor', 'cordova', 'expo', 'nativescript', 'react-native']);
@@ -20,5 +21,6 @@ export function driverTypeOf(dataSource: DataSource): string {
 export function driverFamilyOf(dataSource: DataSource): DriverFamily {
   const type = driverTypeOf(dataSource);
   if (type === 'postgres' || type === 'cockroachdb') return type;
+  if (type === 'mysql' || type === 'mariadb') return 'mysql';
   return SQLITE_FAMILY.has(type) ? 'sqlite' : 'other';
 }

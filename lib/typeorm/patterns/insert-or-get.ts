@@ -3,6 +3,7 @@ import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { driverFamilyOf } from '../dialect.js';
 import { dataSourceOf } from '../internals.js';
 import type { EntityChanges } from './optimistic-lock.js';
+import { findLatestRow } from './latest-row.js';
 import { isUniqueViolation } from './unique-violation.js';
 
 /** Options of `insertOrGet`. */
@@ -25,8 +26,11 @@ export interface InsertOrGetResult<T> {
 /**
  * Inserts a row; when a row with the same `idemKey` (or `options.by`) already exists,
  * returns that row instead of throwing, with `created: false`. Safe under concurrency:
- * on PostgreSQL a duplicate inserted by a transaction that has not committed yet makes
- * this call wait for it; inside your transaction the insert never aborts it.
+ * on PostgreSQL and MySQL / MariaDB a duplicate inserted by a transaction that has not
+ * committed yet makes this call wait for it; inside your transaction the insert never
+ * aborts it. On MySQL / MariaDB inside a transaction the existing row is read with
+ * `FOR UPDATE` (a plain read could miss it in an older snapshot), so it stays locked
+ * until your transaction ends.
  *
  * A conflict on another unique index (e.g. the primary key) is not a duplicate of the
  * operation: it throws.
@@ -69,7 +73,7 @@ export async function insertOrGet<T extends ObjectLiteral>(
       .execute();
     created = Array.isArray(result.raw) && result.raw.length > 0;
   } else {
-    // SQLite and MySQL roll back only the failed statement, never the transaction.
+    // SQLite, MySQL and MariaDB roll back only the failed statement, never the transaction.
     try {
       await manager.createQueryBuilder().insert().into(entity).values(values).updateEntity(false).execute();
       created = true;
@@ -78,7 +82,9 @@ export async function insertOrGet<T extends ObjectLiteral>(
       created = false;
     }
   }
-  const row = await manager.findOne(entity, { where: { [by]: keyValue } as never });
+  // MySQL: the duplicate may have been committed after this transaction's snapshot (the
+  // insert waited for it), so it is read with a locking read that sees it.
+  const row = await findLatestRow(manager, entity, { [by]: keyValue } as never);
   if (!row) {
     throw new IdempotencyConfigurationError(
       `Inserting ${metadata.name} conflicted with a unique index other than '${by}', and no row has that ${by}.`,

@@ -4,6 +4,7 @@ import { checkWholeNumber } from '../../core/options.js';
 import { dataSourceOf } from '../internals.js';
 import { IdempotencyErrorCode } from '../../core/errors.js';
 import { OptimisticLockError } from './errors.js';
+import { findLatestRow } from './latest-row.js';
 
 /** Column changes by property name, as TypeORM's `UpdateQueryBuilder.set()` takes them. */
 export type EntityChanges<T extends ObjectLiteral> = Parameters<UpdateQueryBuilder<T>['set']>[0];
@@ -65,7 +66,7 @@ export async function currentVersion(
   metadata: EntityMetadata,
   where: Record<string, unknown>,
 ): Promise<number | undefined> {
-  const row = (await manager.findOne(metadata.target as EntityTarget<ObjectLiteral>, { where })) as ObjectLiteral | null;
+  const row = await findLatestRow(manager, metadata.target as EntityTarget<ObjectLiteral>, where);
   if (!row) return undefined;
   return Number(metadata.versionColumn!.getEntityValue(row));
 }
@@ -110,7 +111,7 @@ export async function updateWithVersion<T extends ObjectLiteral>(
   if (result.affected === undefined) {
     throw new IdempotencyConfigurationError(
       `The ${dataSourceOf(manager).options.type} driver does not report affected rows.`,
-      'Use PostgreSQL, SQLite or MySQL.',
+      'Use PostgreSQL, MySQL / MariaDB or SQLite.',
     );
   }
   if (result.affected > 0) return expectedVersion + 1;

@@ -1,6 +1,7 @@
 import type { EntityManager, EntityTarget, ObjectLiteral } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { OptimisticLockError } from './errors.js';
+import { findLatestRow } from './latest-row.js';
 import { primaryWhere, versionColumnOf, type EntityChanges, type EntityId } from './optimistic-lock.js';
 import type { StateMachine } from './state-machine.js';
 
@@ -74,7 +75,7 @@ export async function applyTransition<T extends ObjectLiteral, S extends string>
   const versionColumn = versionColumnOf(metadata, false);
   const where = primaryWhere(metadata, id);
   const read = async () => {
-    const row = (await manager.findOne(entity, { where: where as never })) as ObjectLiteral | null;
+    const row = (await findLatestRow(manager, entity, where as never)) as ObjectLiteral | null;
     if (!row) return undefined;
     return {
       state: String(stateColumn.getEntityValue(row)) as S,

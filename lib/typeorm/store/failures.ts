@@ -23,14 +23,39 @@ function messagesOf(error: unknown): string[] {
   return messages;
 }
 
-/** PostgreSQL 42P01 (undefined_table) or SQLite's "no such table". */
-export function isMissingTableError(error: unknown): boolean {
-  return sqlStateOf(error) === '42P01' || messagesOf(error).some((message) => /\bno such table\b/i.test(message));
+/** The MySQL / MariaDB error number of a failed statement (mysql2 puts it on `errno`). */
+export function mysqlErrnoOf(error: unknown): number | undefined {
+  const candidate = error as { errno?: unknown; driverError?: { errno?: unknown } } | undefined;
+  const errno = candidate?.driverError?.errno ?? candidate?.errno;
+  return typeof errno === 'number' ? errno : undefined;
 }
 
-/** PostgreSQL 42703 (undefined_column) or SQLite's "no such column" / "has no column named". */
+/** PostgreSQL 42P01 (undefined_table), MySQL 1146 (ER_NO_SUCH_TABLE) or SQLite's "no such table". */
+export function isMissingTableError(error: unknown): boolean {
+  const code = sqlStateOf(error);
+  return code === '42P01' || code === 'ER_NO_SUCH_TABLE' || messagesOf(error).some((message) => /\bno such table\b/i.test(message));
+}
+
+/** PostgreSQL 42703 (undefined_column), MySQL 1054 (ER_BAD_FIELD_ERROR) or SQLite's "no such column" / "has no column named". */
 export function isMissingColumnError(error: unknown): boolean {
-  return sqlStateOf(error) === '42703' || messagesOf(error).some((message) => /\bno such column\b|\bhas no column named\b/i.test(message));
+  const code = sqlStateOf(error);
+  return (
+    code === '42703' ||
+    code === 'ER_BAD_FIELD_ERROR' ||
+    messagesOf(error).some((message) => /\bno such column\b|\bhas no column named\b/i.test(message))
+  );
+}
+
+/**
+ * InnoDB errors that only say "try the transaction again": 1213 (ER_LOCK_DEADLOCK: InnoDB
+ * rolled the whole transaction back to break a deadlock, gap locks included) and 1205
+ * (ER_LOCK_WAIT_TIMEOUT: a lock wait ran past innodb_lock_wait_timeout).
+ */
+export function transientLockErrorOf(error: unknown): 'deadlock' | 'lock_wait_timeout' | undefined {
+  const errno = mysqlErrnoOf(error);
+  if (errno === 1213) return 'deadlock';
+  if (errno === 1205) return 'lock_wait_timeout';
+  return undefined;
 }
 
 /**
@@ -39,9 +64,29 @@ export function isMissingColumnError(error: unknown): boolean {
  * crash_shutdown; 57P03 cannot_connect_now).
  */
 const LOST_SESSION_STATES = /^(08...|57P0[123])$/;
-const SOCKET_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
-/** What node-postgres says when the socket closed under a client, or a query was sent on such a client. */
-const LOST_CLIENT_MESSAGE = /Connection terminated|not queryable|Client was closed|Connection ended unexpectedly/i;
+const SOCKET_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  // mysql2: the server closed the socket (KILL CONNECTION, a restart), or it went quiet.
+  'PROTOCOL_CONNECTION_LOST',
+  'PROTOCOL_SEQUENCE_TIMEOUT',
+  // MySQL / MariaDB: this session was killed, or the server is going down.
+  'ER_CONNECTION_KILLED',
+  'ER_SERVER_SHUTDOWN',
+  'ER_CLIENT_INTERACTION_TIMEOUT',
+]);
+/**
+ * What node-postgres says when the socket closed under a client, or a query was sent on
+ * such a client; and mysql2's "Can't add new command when connection is in closed state".
+ */
+const LOST_CLIENT_MESSAGE =
+  /Connection terminated|not queryable|Client was closed|Connection ended unexpectedly|connection is in closed state/i;
 
 /**
  * Whether `error` says the database connection was lost (or could not be opened), as

@@ -2,6 +2,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { DEFAULT_TTL } from '../../core/defaults.js';
 import { replayValue } from '../../core/engine.js';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
+import type { IdempotencyEventListener } from '../../core/events.js';
 import { fingerprintOf, storageKeyOf } from '../../core/hash.js';
 import { normalizeIdempotencyKey } from '../../core/key.js';
 import { checkWholeNumber } from '../../core/options.js';
@@ -32,6 +33,13 @@ export interface IdempotentTransactionOptions extends TransactionTuning {
    * @default 'idempotency_records'
    */
   tableName?: string;
+  /**
+   * Hears what the transaction met and dealt with by itself: on MySQL and MariaDB, each
+   * time InnoDB rolled it back for a deadlock or a lock wait timeout and it ran again
+   * (a `store_error` event whose `reason` says so).
+   * @default undefined
+   */
+  onEvent?: IdempotencyEventListener;
 }
 
 /** What `executeIdempotentTransaction` returns: the value, and whether it was replayed. */
@@ -99,6 +107,7 @@ export async function executeIdempotentTransaction<T>(
       return { value, result };
     },
     options,
+    options.onEvent,
   );
   if (outcome.kind === 'executed') return { value: outcome.value, replayed: false };
   return { value: replayValue(deserializeOutcome(outcome.result)) as T, replayed: true };

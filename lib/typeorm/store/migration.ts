@@ -6,17 +6,18 @@ import { DEFAULT_RECORDS_TABLE, defaultSchemaOf, dialectOf, dropRecordsTableDdl,
 
 async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
-  dialectOf(dataSource); // refuses unsupported drivers with a clear message
-  for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
+  const dialect = dialectOf(dataSource); // refuses unsupported drivers with a clear message
+  for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialect)) await runner.query(sql);
 }
 
 async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
-  for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)))) await runner.query(sql);
+  for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialectOf(dataSource)))
+    await runner.query(sql);
 }
 
 /**
- * Creates the default `idempotency_records` table (PostgreSQL or SQLite). Add it to your
+ * Creates the default `idempotency_records` table (PostgreSQL, MySQL / MariaDB or SQLite). Add it to your
  * DataSource's `migrations`. Safe to run on a database that already has the table.
  */
 export class CreateIdempotencyRecords1700000000000 implements MigrationInterface {

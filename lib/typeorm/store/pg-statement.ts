@@ -4,7 +4,10 @@ import type { Statement } from './record-sql.js';
 
 export interface SqlResult {
   readonly rows: Record<string, unknown>[];
+  /** Rows the statement wrote or, for an UPDATE on MySQL, found (see `mysqlHeaderOf`). */
   readonly affected: number;
+  /** MySQL family: the OK packet's insert id (the claim puts its clock there when it claims). */
+  readonly insertId?: number;
 }
 
 /**

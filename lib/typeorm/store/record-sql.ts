@@ -2,20 +2,21 @@ import { createHash } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { driverFamilyOf, driverTypeOf } from '../dialect.js';
+import { claimReturningOf, mysqlQuoted, mysqlRecordSql, mysqlRecordsTableDdl } from './mysql-sql.js';
 
 /** The SQL families the record store speaks. */
-export type RecordDialect = 'postgres' | 'sqlite';
+export type RecordDialect = 'postgres' | 'sqlite' | 'mysql';
 
 export const DEFAULT_RECORDS_TABLE = 'idempotency_records';
 
 /** The record store's dialect of a DataSource; refuses every driver the store does not speak. */
 export function dialectOf(dataSource: DataSource): RecordDialect {
   const family = driverFamilyOf(dataSource);
-  if (family === 'postgres' || family === 'sqlite') return family;
+  if (family === 'postgres' || family === 'sqlite' || family === 'mysql') return family;
   const type = driverTypeOf(dataSource);
   throw new IdempotencyConfigurationError(
     `The TypeORM idempotency store does not support the '${type}' driver.`,
-    "Use a DataSource of type 'postgres' (shared, multi-instance) or a SQLite driver such as 'sqljs' or 'better-sqlite3' (embedded, one process); for other databases use the Redis store.",
+    "Use a DataSource of type 'postgres', 'mysql' or 'mariadb' (shared, multi-instance) or a SQLite driver such as 'sqljs' or 'better-sqlite3' (embedded, one process); for other databases use the Redis store.",
   );
 }
 
@@ -25,7 +26,7 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
 export interface TableName {
   readonly schema: string | undefined;
   readonly table: string;
-  /** `"schema"."table"` or `"table"`, safe to embed in SQL. */
+  /** `"schema"."table"` or `"table"` (backticks on MySQL and MariaDB), safe to embed in SQL. */
   readonly quoted: string;
 }
 
@@ -55,10 +56,12 @@ export const primaryKeyNameOf = (table: string) => `pk_${table}`;
 export const expiryIndexNameOf = (table: string) => `idx_${table}_expires_at`;
 
 /**
- * The DDL of the records table, identical for PostgreSQL and SQLite. Idempotent
- * (`IF NOT EXISTS`), so `ensureTable()` and the migration can both run it safely.
+ * The DDL of the records table: one text for PostgreSQL and SQLite, another for MySQL and
+ * MariaDB (`dialect: 'mysql'`). Idempotent (`IF NOT EXISTS`), so `ensureTable()` and the
+ * migration can both run it safely.
  */
-export function recordsTableDdl(name: TableName): string[] {
+export function recordsTableDdl(name: TableName, dialect: 'postgres' | 'sqlite' | 'mysql' = 'postgres'): string[] {
+  if (dialect === 'mysql') return mysqlRecordsTableDdl(name, primaryKeyNameOf(name.table), expiryIndexNameOf(name.table));
   return [
     `CREATE TABLE IF NOT EXISTS ${name.quoted} (
   "key" varchar(255) NOT NULL,
@@ -75,7 +78,9 @@ export function recordsTableDdl(name: TableName): string[] {
   ];
 }
 
-export function dropRecordsTableDdl(name: TableName): string[] {
+export function dropRecordsTableDdl(name: TableName, dialect: RecordDialect): string[] {
+  // MySQL's indexes belong to their table, and DROP INDEX there needs the table's name.
+  if (dialect === 'mysql') return [`DROP TABLE IF EXISTS ${mysqlQuoted(name)}`];
   return [
     `DROP INDEX IF EXISTS ${name.schema ? `"${name.schema}".` : ''}"${expiryIndexNameOf(name.table)}"`,
     `DROP TABLE IF EXISTS ${name.quoted}`,
@@ -110,6 +115,12 @@ export interface RecordSql {
   readonly dialect: RecordDialect;
   readonly table: TableName;
   /**
+   * MySQL family: the claim returns the row it leaves (MariaDB's `INSERT ... RETURNING`);
+   * false on MySQL 8, where a claim shows only in the insert id and a duplicate is read
+   * with `read`. Always true elsewhere.
+   */
+  readonly claimReturning: boolean;
+  /**
    * Inserts a lease, or takes over a dead row. Returns the record row with `claimed`
    * true when this call owns it; on PostgreSQL the same statement returns the live
    * existing row (claimed false) when it did not. An empty result means "look again".
@@ -121,21 +132,26 @@ export interface RecordSql {
   release(key: string, token: string): Statement;
   renew(key: string, token: string, leaseTtl: number): Statement;
   delete(key: string): Statement;
-  /** Transactional path: inserts a lease row, or nothing when the key exists (waits for an uncommitted duplicate). */
-  insertIfAbsent(key: string, token: string, ttl: number, fingerprint: string | undefined): Statement;
+  /**
+   * Transactional path: inserts a lease row, or nothing when the key exists (waits for an
+   * uncommitted duplicate). PostgreSQL and SQLite; the MySQL family acquires with `claim`.
+   */
+  insertIfAbsent?(key: string, token: string, ttl: number, fingerprint: string | undefined): Statement;
   /** Transactional path: the row whatever its state, with `dead` telling whether it expired. */
   readAny(key: string): Statement;
-  /** Transactional path: takes a dead row over (locks it until commit). */
-  takeOver(key: string, token: string, ttl: number, fingerprint: string | undefined): Statement;
+  /** Transactional path: takes a dead row over (locks it until commit). PostgreSQL and SQLite. */
+  takeOver?(key: string, token: string, ttl: number, fingerprint: string | undefined): Statement;
   /** Transactional path: turns the (own, uncommitted) lease into the completed record. */
   finish(key: string, result: string, ttl: number): Statement;
   /** Deletes up to `limit` dead rows. */
   purgeBatch(limit: number): Statement;
+  /** Selects every column the store needs and no row: `verify()`'s check of the table. */
+  probe(): Statement;
 }
 
 const PG_NOW = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
-type StatementKind = Exclude<keyof RecordSql, 'dialect' | 'table'>;
+type StatementKind = Exclude<keyof RecordSql, 'dialect' | 'table' | 'claimReturning'>;
 
 /**
  * `prepared`: each kind of statement gets a prepared-statement name derived from its
@@ -153,6 +169,7 @@ export function postgresRecordSql(table: TableName, prepared = true): RecordSql 
   return {
     dialect: 'postgres',
     table,
+    claimReturning: true,
     claim: (key, token, leaseTtl, fingerprint) => ({
       name: names.claim,
       sql: texts.claim,
@@ -176,6 +193,7 @@ export function postgresRecordSql(table: TableName, prepared = true): RecordSql 
     }),
     finish: (key, result, ttl) => ({ name: names.finish, sql: texts.finish, params: [key, result, ttl] }),
     purgeBatch: (limit) => ({ name: names.purgeBatch, sql: texts.purgeBatch, params: [limit] }),
+    probe: () => ({ name: undefined, sql: texts.probe, params: [] }),
   };
 }
 
@@ -231,6 +249,7 @@ WHERE "key" = $1`,
     purgeBatch: `DELETE FROM ${t} WHERE "key" IN (
   SELECT "key" FROM ${t} WHERE "expires_at" <= ${PG_NOW} ORDER BY "expires_at" LIMIT $1 FOR UPDATE SKIP LOCKED
 )`,
+    probe: probeSql(t),
   };
 }
 
@@ -239,6 +258,7 @@ export function sqliteRecordSql(table: TableName, clock: () => number = Date.now
   return {
     dialect: 'sqlite',
     table,
+    claimReturning: true,
     claim: (key, token, leaseTtl, fingerprint) => {
       const now = clock();
       // SQLite returns nothing when the conditional update does not fire; the store
@@ -321,7 +341,12 @@ RETURNING "key"`,
       sql: `DELETE FROM ${t} WHERE "key" IN (SELECT "key" FROM ${t} WHERE "expires_at" <= ? ORDER BY "expires_at" LIMIT ?)`,
       params: [clock(), limit],
     }),
+    probe: () => ({ name: undefined, sql: probeSql(t), params: [] }),
   };
+}
+
+function probeSql(t: string): string {
+  return `SELECT "key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at" FROM ${t} WHERE 1 = 0`;
 }
 
 /** PostgreSQL tables land in the DataSource's `schema` when the name does not give one, as TypeORM's own entities do. */
@@ -337,13 +362,39 @@ const recordSqlCache = new WeakMap<DataSource, Map<string, RecordSql>>();
  * `runIdempotentTransaction`, so both write the same table the same way.
  */
 export function recordSqlFor(dataSource: DataSource, tableName: string = DEFAULT_RECORDS_TABLE, preparedStatements = true): RecordSql {
+  return cachedRecordSql(dataSource, tableName, preparedStatements ? 'prepared' : 'unprepared');
+}
+
+/**
+ * The record SQL the server behind `dataSource` takes: `sql` itself, except on the MySQL
+ * family where it asks the server once whether the claim may end in RETURNING (see
+ * `claimReturningOf`, the one place MySQL 8 and MariaDB differ).
+ */
+export async function serverRecordSql(dataSource: DataSource, sql: RecordSql): Promise<RecordSql> {
+  if (sql.dialect !== 'mysql') return sql;
+  const returning = await claimReturningOf(dataSource);
+  return returning === sql.claimReturning ? sql : cachedRecordSql(dataSource, nameOf(sql.table), returning ? 'returning' : 'plain');
+}
+
+function nameOf(table: TableName): string {
+  return table.schema ? `${table.schema}.${table.table}` : table.table;
+}
+
+/** `prepared`/`unprepared`: PostgreSQL's choice (SQLite and MySQL ignore it); `returning`/`plain`: MySQL's claim. */
+function cachedRecordSql(dataSource: DataSource, tableName: string, variant: 'prepared' | 'unprepared' | 'returning' | 'plain'): RecordSql {
   let byTable = recordSqlCache.get(dataSource);
   if (!byTable) recordSqlCache.set(dataSource, (byTable = new Map()));
-  const cacheKey = preparedStatements ? tableName : `${tableName}\0unprepared`;
+  const cacheKey = `${tableName}\0${variant}`;
   let sql = byTable.get(cacheKey);
   if (!sql) {
     const table = parseTableName(tableName, defaultSchemaOf(dataSource));
-    sql = dialectOf(dataSource) === 'postgres' ? postgresRecordSql(table, preparedStatements) : sqliteRecordSql(table);
+    const dialect = dialectOf(dataSource);
+    sql =
+      dialect === 'postgres'
+        ? postgresRecordSql(table, variant !== 'unprepared')
+        : dialect === 'mysql'
+          ? mysqlRecordSql(table, variant === 'returning')
+          : sqliteRecordSql(table);
     byTable.set(cacheKey, sql);
   }
   return sql;

@@ -74,7 +74,30 @@ class PgPoolExecutor implements SqlExecutor {
 async function runOnRunner(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
   const result = await runner.query(statement.sql, statement.params, true);
   const rows = (result.records ?? []) as Record<string, unknown>[];
+  const header = mysqlHeaderOf(result.raw);
+  if (header) return { rows, affected: header.affected, insertId: header.insertId };
   return { rows, affected: result.affected ?? rows.length };
+}
+
+/** The OK packet of a mysql2 statement that returned no rows, as far as the store reads it. */
+interface MysqlOkPacket {
+  affectedRows: number;
+  insertId?: number | string;
+  info?: string;
+}
+
+/**
+ * Rows a MySQL statement FOUND, whatever the connection's flags: an UPDATE that sets the
+ * values a row already has (a renew within the same millisecond) changes nothing, and
+ * without CLIENT_FOUND_ROWS (mysql2 sets it by default; `flags: '-FOUND_ROWS'` clears it)
+ * its affected rows would say 0. The server's info line "Rows matched: n" says what the
+ * WHERE clause found; the other statements report affected rows as found rows already.
+ */
+function mysqlHeaderOf(raw: unknown): { affected: number; insertId: number } | undefined {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw) || !('affectedRows' in raw)) return undefined;
+  const packet = raw as MysqlOkPacket;
+  const matched = typeof packet.info === 'string' ? /Rows matched:\s*(\d+)/.exec(packet.info) : null;
+  return { affected: matched ? Number(matched[1]) : Number(packet.affectedRows), insertId: Number(packet.insertId ?? 0) };
 }
 
 /**

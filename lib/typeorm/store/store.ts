@@ -22,10 +22,12 @@ import {
   parseTableName,
   recordSqlFor,
   recordsTableDdl,
+  serverRecordSql,
   type RecordSql,
   type Statement,
 } from './record-sql.js';
 import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
+import { transientLockErrorOf } from './failures.js';
 import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
 /** Options of `TypeOrmIdempotencyStore`. */
@@ -46,7 +48,7 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
    * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
    * the process alive), from the moment the store is known to work: after `verify()`,
    * `ensureTable()` or its first successful statement. Several instances may enable it:
-   * on PostgreSQL an advisory lock lets one purge at a time and the others skip that
+   * on PostgreSQL and MySQL / MariaDB an advisory lock lets one purge at a time and the others skip that
    * round. `undefined` or 0: off.
    * @default undefined
    */
@@ -87,13 +89,14 @@ export interface PurgeResult {
 const MAX_CLAIM_STATEMENTS = 5;
 
 /**
- * The PostgreSQL (shared, multi-instance) or SQLite (embedded) idempotency store, on a
- * TypeORM `DataSource`.
+ * The PostgreSQL or MySQL / MariaDB (shared, multi-instance) or SQLite (embedded)
+ * idempotency store, on a TypeORM `DataSource`.
  *
  * - `claim` is one `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <dead> RETURNING`
- *   statement, whose fallback branch returns the live existing row in the same round trip.
+ *   statement, whose fallback branch returns the live existing row in the same round trip
+ *   (MySQL / MariaDB: one `INSERT ... ON DUPLICATE KEY UPDATE`, see `claimMysql`).
  * - `complete`, `release` and `renew` are compare-and-set on the lease token.
- * - Expiry uses the database clock on PostgreSQL, so app hosts with skewed clocks agree.
+ * - Expiry uses the database clock on PostgreSQL and MySQL / MariaDB, so app hosts with skewed clocks agree.
  * - `runTransactional` (used by `@Idempotent({ transactional: true })`) writes the record
  *   in the same transaction as the handler's writes; the handler reaches that
  *   transaction through `getIdempotentEntityManager()`.
@@ -111,6 +114,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private purging = false;
   private scheduledRun: Promise<void> | undefined;
   private retries = 0;
+  private lockRetries = 0;
   private readonly listeners = new Set<IdempotencyEventListener>();
   private purgeLog: RateLimitedLog | undefined;
   readonly purgeBatchSize: number;
@@ -146,6 +150,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   /**
+   * MySQL and MariaDB: how many transactions (`runTransactional`) ran again because InnoDB
+   * rolled them back for a deadlock or a lock wait timeout; each one is also reported to
+   * the event listeners as a `store_error` (diagnostics).
+   */
+  get transactionRetries(): number {
+    return this.lockRetries;
+  }
+
+  /**
    * Boot check (the module calls it when the application initialises): throws
    * `IdempotencyConfigurationError` when the store can never work as configured (an
    * unsupported driver, a records table or entity that does not exist, a table without
@@ -164,11 +177,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
     const sql = this.sql;
     try {
-      await withRunner(this.dataSource, sql.dialect, (runner) =>
-        runner.query(
-          `SELECT "key", "status", "lease_token", "lease_expires_at", "fingerprint", "result", "expires_at", "created_at" FROM ${sql.table.quoted} WHERE 1 = 0`,
-        ),
-      );
+      await withRunner(this.dataSource, sql.dialect, (runner) => runner.query(sql.probe().sql));
     } catch (error) {
       throw this.failure(error);
     }
@@ -188,7 +197,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
   async ensureTable(): Promise<void> {
     await withRunner(this.dataSource, this.sql.dialect, async (runner) => {
-      for (const statement of recordsTableDdl(this.sql.table)) await runner.query(statement);
+      for (const statement of recordsTableDdl(this.sql.table, this.sql.dialect)) await runner.query(statement);
     });
     this.becomeReady();
   }
@@ -198,12 +207,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
       // answers by itself, so each attempt may take any pooled connection.
       const executor = this.executor;
+      const dialect = this.sql.dialect;
       const result =
-        this.sql.dialect === 'sqlite'
+        dialect === 'sqlite'
           ? await withRunner(this.dataSource, 'sqlite', (runner) =>
               this.claimRounds(key, request, (statement) => executor.runOn(runner, statement)),
             )
-          : await this.claimRounds(key, request, (statement) => executor.run(statement));
+          : dialect === 'mysql'
+            ? await this.claimMysql(key, request, await serverRecordSql(this.dataSource, this.sql))
+            : await this.claimRounds(key, request, (statement) => executor.run(statement));
       if (!this.ready) this.becomeReady();
       return result;
     } catch (error) {
@@ -229,6 +241,49 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       }
       // Nothing came back: the row that blocked the insert was committed after this
       // statement's snapshot (or deleted right after). A new statement sees it.
+    }
+    throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
+  }
+
+  /**
+   * MySQL and MariaDB: one INSERT ... ON DUPLICATE KEY UPDATE claims (inserts, or takes a
+   * dead row over) or leaves the live row alone; see `mysqlRecordSql`. On MariaDB it
+   * returns the row either way; on MySQL 8 a claim shows in the insert id (the server
+   * clock it used), and a duplicate is then read with a second statement.
+   */
+  private async claimMysql(key: string, request: ClaimRequest, sql: RecordSql): Promise<ClaimResult> {
+    const executor = this.executor;
+    for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
+      if (round > 0) this.retries++;
+      let result: SqlResult;
+      try {
+        result = await executor.run(sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
+      } catch (error) {
+        // An autocommit statement that InnoDB rolled back: nothing happened, run it again.
+        if (transientLockErrorOf(error) && round < MAX_CLAIM_STATEMENTS - 1) continue;
+        throw error;
+      }
+      if (sql.claimReturning) {
+        const row = result.rows[0];
+        if (!row) continue;
+        const record = toRecord(key, row);
+        if (record.status === 'in_progress' && record.leaseToken === request.token) return { claimed: true, record };
+        return { claimed: false, record };
+      }
+      const now = result.insertId ?? 0;
+      if (now > 0) {
+        const record = {
+          status: 'in_progress',
+          key,
+          leaseToken: request.token,
+          leaseExpiresAt: now + request.leaseTtl,
+          fingerprint: request.fingerprint,
+        } as const;
+        return { claimed: true, record };
+      }
+      const existing = await executor.run(sql.read(key));
+      if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
+      // Released, deleted or expired between the two statements: claim again.
     }
     throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
   }
@@ -277,14 +332,24 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     request: TransactionalRequest,
     work: () => Promise<{ value: T; result: string }>,
   ): Promise<TransactionalResult<T>> {
-    const result = await runRecordTransaction(this.dataSource, this.sql, request, () => work(), this.options);
+    const result = await runRecordTransaction(
+      this.dataSource,
+      this.sql,
+      request,
+      () => work(),
+      this.options,
+      (event) => {
+        this.lockRetries++;
+        this.emit(event);
+      },
+    );
     if (!this.ready) this.becomeReady();
     return result;
   }
 
   /**
    * Deletes expired records (dead leases and results past their retention) in batches of
-   * `purgeBatchSize`. On PostgreSQL an advisory lock (per table) makes concurrent purges
+   * `purgeBatchSize`. On PostgreSQL and MySQL / MariaDB an advisory lock (per table) makes concurrent purges
    * by several instances skip instead of competing: only one runs at a time, the others
    * return `{ ran: false }`.
    */
@@ -297,6 +362,17 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       const runner = createGuardedQueryRunner(this.dataSource);
       try {
         await runner.connect();
+        if (sql.dialect === 'mysql') {
+          // GET_LOCK: MySQL's and MariaDB's advisory lock, held by this session until released.
+          const lockName = purgeLockNameOf(sql.table.quoted);
+          const [{ locked }] = (await runner.query('SELECT GET_LOCK(?, 0) AS locked', [lockName])) as Array<{ locked: unknown }>;
+          if (Number(locked) !== 1) return { ran: false, deleted: 0 };
+          try {
+            return { ran: true, deleted: await this.deleteBatches(runner) };
+          } finally {
+            await runner.query('SELECT RELEASE_LOCK(?)', [lockName]);
+          }
+        }
         const lockKey = purgeLockKeyOf(sql.table.quoted);
         const [{ locked }] = (await runner.query('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey])) as Array<{
           locked: boolean;
@@ -371,6 +447,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     let deleted = 0;
     for (;;) {
       const statement = this.sql.purgeBatch(this.purgeBatchSize);
+      // MySQL: the next (autocommit) statement runs under READ COMMITTED, where its range
+      // scan locks only the rows it deletes, not the gaps new claims insert into.
+      if (this.sql.dialect === 'mysql' && lockHolder) await lockHolder.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
       const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
       deleted += affected;
       if (affected < this.purgeBatchSize) return deleted;
@@ -406,6 +485,17 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
   }
 
+  /** Hands a store-wide event to every listener. */
+  private emit(event: IdempotencyEvent): void {
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // One broken listener must not keep the others (or the next purge) from running.
+      }
+    }
+  }
+
   private reportPurgeFailure(error: unknown, startedAt: number): void {
     const event: IdempotencyEvent = {
       type: 'store_error',
@@ -415,13 +505,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       error,
       reason: `the background purge of expired records in ${this.resolvedSql?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
     };
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch {
-        // One broken listener must not keep the others (or the next purge) from running.
-      }
-    }
+    this.emit(event);
     if (this.options.onPurgeError) {
       try {
         this.options.onPurgeError(error);
@@ -437,6 +521,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     this.purgeLog.warn(message, `TypeOrmIdempotencyStore: ${event.reason}: ${message}`);
   }
+}
+
+/** A stable GET_LOCK name per table (the same on every instance; at most 64 characters). */
+function purgeLockNameOf(table: string): string {
+  return 'nestjs_idem_purge_' + createHash('sha256').update(table).digest('hex').slice(0, 40);
 }
 
 /** A stable 64-bit advisory lock key per table (the same on every instance). */

@@ -7,13 +7,14 @@ import {
   IdempotencyStoreUnavailableError,
   isIdempotencyError,
 } from '../../core/errors.js';
+import type { IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
 import type { TransactionalRequest, TransactionalResult } from '../../core/store.js';
 import { dataSourceOf } from '../internals.js';
-import { configurationErrorOf, isConnectionLoss, sqlStateOf } from './failures.js';
+import { configurationErrorOf, isConnectionLoss, sqlStateOf, transientLockErrorOf } from './failures.js';
 import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
-import type { RecordSql } from './record-sql.js';
+import { serverRecordSql, type RecordSql } from './record-sql.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
@@ -25,17 +26,21 @@ export interface TransactionTuning {
   /**
    * Longest wait, ms, for a concurrent duplicate's transaction to finish before giving up
    * with `IdempotencyInFlightError` (PostgreSQL `lock_timeout` on the record insert; on
-   * SQLite the wait for the single connection). `undefined` waits as long as the first
-   * transaction runs.
+   * MySQL and MariaDB `innodb_lock_wait_timeout`, which counts whole seconds, so the wait
+   * is rounded up to one; on SQLite the wait for the single connection). `undefined` waits
+   * as long as the first transaction runs (on MySQL: up to the server's
+   * `innodb_lock_wait_timeout`, 50 s by default).
    * @default undefined
    */
   waitTimeout?: number;
   /**
    * Isolation of the transaction. Under REPEATABLE READ and SERIALIZABLE a duplicate that
-   * waited for the first transaction hits a serialization failure on the record insert;
-   * the transaction is then restarted (the record row is read in a fresh snapshot), so
-   * callers still get the replay.
-   * @default 'READ COMMITTED' on PostgreSQL; SQLite is always serializable
+   * waited for the first transaction hits a serialization failure on the record insert
+   * (PostgreSQL); the transaction is then restarted (the record row is read in a fresh
+   * snapshot), so callers still get the replay. On MySQL and MariaDB the record is always
+   * read with a locking read, which sees the latest commit at any level.
+   * @default 'READ COMMITTED' on PostgreSQL; the server's own on MySQL and MariaDB (InnoDB:
+   * REPEATABLE READ); SQLite is always serializable
    */
   isolationLevel?: IdempotentIsolationLevel;
   /**
@@ -52,6 +57,13 @@ export interface TransactionTuning {
 
 /** Restarts of the acquisition phase before giving up (each one sees a newer snapshot). */
 const MAX_ACQUIRE_ROUNDS = 5;
+
+/**
+ * MySQL family: how many times a transaction that InnoDB rolled back for a deadlock
+ * (1213) or that ran into a lock wait timeout (1205) runs again before the caller gets
+ * `IdempotencyStoreUnavailableError` (retriable: 503 with the same key).
+ */
+export const MAX_LOCK_RETRIES = 3;
 
 type Acquisition =
   | { readonly kind: 'owned' }
@@ -86,13 +98,60 @@ export async function runRecordTransaction<T>(
   request: TransactionalRequest,
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning = {},
+  onEvent?: IdempotencyEventListener,
 ): Promise<TransactionalResult<T>> {
   checkWholeNumber('TypeOrmIdempotencyStore.runTransactional', 'ttl', request.ttl, { unit: 'ms', example: '86_400_000' });
   const trace: FailureTrace = { connectionLost: false };
+  const nested = transactionContext.getStore()?.dataSource === dataSource;
   try {
-    return await openAndAttempt(dataSource, { sql, executor: sqlExecutorOf(dataSource) }, request, work, tuning, trace);
+    const path = { sql: await serverRecordSql(dataSource, sql), executor: sqlExecutorOf(dataSource) };
+    if (path.sql.dialect !== 'mysql' || nested) return await openAndAttempt(dataSource, path, request, work, tuning, trace);
+    return await retryingLockErrors(request.key, trace, onEvent, () => openAndAttempt(dataSource, path, request, work, tuning, trace));
   } catch (error) {
+    // Inside an outer idempotent transaction, InnoDB rolled the OUTER one back: hand the
+    // error on as it is, so the outer call recognises it and runs again.
+    if (nested && transientLockErrorOf(error)) throw error;
     throw transactionFailure(error, trace, sql);
+  }
+}
+
+/**
+ * MySQL family: runs the whole transaction again when InnoDB rolled it back to break a
+ * deadlock (1213) or a lock wait ran out (1205), at most MAX_LOCK_RETRIES times, after a
+ * short random pause (so the transactions that deadlocked do not meet again in step).
+ * Nothing of the failed attempt committed, so running the work again is safe for what it
+ * wrote through the transaction. Each retry is reported as a `store_error` event.
+ */
+async function retryingLockErrors<T>(
+  key: string,
+  trace: FailureTrace,
+  onEvent: IdempotencyEventListener | undefined,
+  attempt: () => Promise<T>,
+): Promise<T> {
+  const startedAt = Date.now();
+  for (let retry = 1; ; retry++) {
+    try {
+      return await attempt();
+    } catch (error) {
+      const kind = transientLockErrorOf(error);
+      if (!kind || retry > MAX_LOCK_RETRIES || isIdempotencyError(error)) throw error;
+      trace.work = undefined;
+      trace.connectionLost = false;
+      const what = kind === 'deadlock' ? 'InnoDB deadlock (1213)' : 'InnoDB lock wait timeout (1205)';
+      try {
+        onEvent?.({
+          type: 'store_error',
+          key,
+          at: Date.now(),
+          durationMs: Date.now() - startedAt,
+          error,
+          reason: `${what}: the idempotent transaction was rolled back and runs again (retry ${retry} of ${MAX_LOCK_RETRIES})`,
+        });
+      } catch {
+        // A broken listener must not turn a retriable conflict into a failure.
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 10 * retry));
+    }
   }
 }
 
@@ -109,6 +168,9 @@ export function checkTuning(owner: string, tuning: TransactionTuning): void {
 
 function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql): unknown {
   if (isIdempotencyError(error)) return error;
+  // Retries ran out (or none were allowed): still a conflict that a later retry resolves,
+  // whether the record statement or the work's own met it.
+  if (transientLockErrorOf(error)) return new IdempotencyStoreUnavailableError(error);
   if (trace.work && trace.work.error === error) {
     // A cut connection surfaces inside the work as the driver's error on its next query;
     // that is an outage of the transaction, not something the work decided.
@@ -161,7 +223,8 @@ async function attempt<T>(
   trace: FailureTrace,
 ): Promise<TransactionalResult<T>> {
   const { sql, executor } = path;
-  const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? 'READ COMMITTED');
+  const defaultIsolation = sql.dialect === 'mysql' ? undefined : 'READ COMMITTED';
+  const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? defaultIsolation);
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     if (isolation) await runner.startTransaction(isolation);
     else await runner.startTransaction();
@@ -172,7 +235,10 @@ async function attempt<T>(
       await runner.rollbackTransaction();
     };
     try {
-      const acquired = await acquire(runner, path, request, tuning.waitTimeout, nested);
+      const acquired =
+        sql.dialect === 'mysql'
+          ? await acquireMysql(runner, path, request, tuning.waitTimeout)
+          : await acquire(runner, path, request, tuning.waitTimeout, nested);
       if (acquired.kind === 'restart') {
         await rollback();
         continue;
@@ -234,7 +300,7 @@ async function acquire(
   const token = randomUUID();
   for (let step = 0; step < MAX_ACQUIRE_ROUNDS; step++) {
     const inserted = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-      executor.runOn(runner, sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)),
+      executor.runOn(runner, sql.insertIfAbsent!(request.key, token, request.ttl, request.fingerprint)),
     );
     if (inserted === 'restart') return { kind: 'restart' };
     if (inserted.rows.length > 0) return { kind: 'owned' };
@@ -246,7 +312,7 @@ async function acquire(
       // A dead lease or an expired result: take it over. The row lock makes concurrent
       // takers wait for this transaction and then find the row alive.
       const taken = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-        executor.runOn(runner, sql.takeOver(request.key, token, request.ttl, request.fingerprint)),
+        executor.runOn(runner, sql.takeOver!(request.key, token, request.ttl, request.fingerprint)),
       );
       if (taken === 'restart') return { kind: 'restart' };
       if (taken.rows.length > 0) return { kind: 'owned' };
@@ -262,6 +328,61 @@ async function acquire(
     return { kind: 'in_flight', retryAfterMs: Math.max(1_000, leaseEnd - Date.now()) };
   }
   return { kind: 'restart' };
+}
+
+/**
+ * MySQL and MariaDB: the store's claim statement, inside the transaction. Its INSERT ... ON
+ * DUPLICATE KEY UPDATE takes the key's row lock, so a concurrent duplicate waits on it
+ * until the first transaction ends; the statement then reads the committed row (a locking
+ * read, whatever the isolation level), and takes it over only if it is dead. So: inserted
+ * or taken over (owned), or a live row that this transaction now holds locked until it
+ * rolls back at once: a completed record (replay) or a lease of the regular claim path.
+ *
+ * Gap locks: a key that no row holds is locked as a gap, and two duplicates that both
+ * waited for a first transaction that rolled back can each hold that gap and want to
+ * insert into it; InnoDB breaks that with a deadlock error for one of them, which
+ * `retryingLockErrors` runs again (it then finds the other's row).
+ */
+async function acquireMysql(
+  runner: QueryRunner,
+  { sql, executor }: RecordPath,
+  request: TransactionalRequest,
+  waitTimeout: number | undefined,
+): Promise<Acquisition> {
+  const token = randomUUID();
+  const statement = sql.claim(request.key, token, request.ttl, request.fingerprint);
+  let claimed;
+  if (waitTimeout === undefined) {
+    claimed = await executor.runOn(runner, statement);
+  } else {
+    // Session-wide on a pooled connection: set for this statement, then put back.
+    await runner.query('SET @nestjs_idem_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?', [
+      Math.max(1, Math.ceil(waitTimeout / 1000)),
+    ]);
+    try {
+      claimed = await executor.runOn(runner, statement);
+    } catch (error) {
+      if (transientLockErrorOf(error) === 'lock_wait_timeout') throw new IdempotencyInFlightError(waitTimeout);
+      throw error;
+    } finally {
+      await runner.query('SET SESSION innodb_lock_wait_timeout = @nestjs_idem_wait').catch(() => undefined);
+    }
+  }
+  let row: Record<string, unknown> | undefined;
+  if (sql.claimReturning) {
+    row = claimed.rows[0];
+    if (row && row.status === 'in_progress' && row.lease_token === token) return { kind: 'owned' };
+  } else {
+    if ((claimed.insertId ?? 0) > 0) return { kind: 'owned' };
+    row = (await executor.runOn(runner, sql.readAny(request.key))).rows[0];
+  }
+  if (!row) return { kind: 'restart' };
+  const storedFingerprint = row.fingerprint ?? undefined;
+  if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
+    throw new IdempotencyFingerprintMismatchError();
+  }
+  if (row.status === 'completed') return { kind: 'replay', result: String(row.result) };
+  return { kind: 'in_flight', retryAfterMs: Math.max(1_000, Number(row.lease_expires_at) - Date.now()) };
 }
 
 /**

@@ -1,0 +1,154 @@
+import type { DataSource } from 'typeorm';
+import type { RecordSql, Statement, TableName } from './record-sql.js';
+
+/**
+ * The record statements on MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb`
+ * drivers, through mysql2). Every statement is accepted by both servers; the one that
+ * differs is the claim, which on MariaDB (10.5+) ends with `RETURNING` and so answers a
+ * duplicate in the same round trip. `claimReturningOf` decides which, in one place.
+ *
+ * The clock is the server's: `UTC_TIMESTAMP(6)` is fixed at the start of each statement
+ * (as `NOW()` is), so every mention of it in one statement is the same instant, and it is
+ * UTC whatever the session's `time_zone` (UNIX_TIMESTAMP(NOW()) would not be, around a
+ * DST change).
+ */
+export const MYSQL_NOW = `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)`;
+
+const COLUMNS = '`status`, `lease_token`, `lease_expires_at`, `fingerprint`, `result`, `expires_at`';
+const INSERT_COLUMNS = '(`key`, `status`, `lease_token`, `lease_expires_at`, `fingerprint`, `result`, `expires_at`, `created_at`)';
+const DEAD = `\`expires_at\` <= ${MYSQL_NOW}`;
+
+/** `db`.`table` or `table`, backtick-quoted (the name was validated as a plain identifier). */
+export function mysqlQuoted(name: TableName): string {
+  return (name.schema ? `\`${name.schema}\`.` : '') + `\`${name.table}\``;
+}
+
+/**
+ * The statements on a table. `returning`: the server accepts `INSERT ... RETURNING`
+ * (MariaDB 10.5+), so the claim returns the row it leaves behind, whoever owns it.
+ */
+export function mysqlRecordSql(name: TableName, returning: boolean): RecordSql {
+  const table: TableName = { schema: name.schema, table: name.table, quoted: mysqlQuoted(name) };
+  const t = table.quoted;
+  // One statement, whatever happens: the primary key makes concurrent claimers of one key
+  // queue on its row lock, and ON DUPLICATE KEY UPDATE reads the latest committed row
+  // (a locking read, not the REPEATABLE READ snapshot), so exactly one of them inserts or
+  // takes a dead row over; the others leave the live row unchanged (no write, so a replay
+  // costs no redo). Assignments run left to right and later ones see earlier results, so
+  // `expires_at`, which every condition reads, is assigned last.
+  //
+  // LAST_INSERT_ID(now) marks a claim in the OK packet's insert id, which MySQL 8 (no
+  // RETURNING) needs: the VALUES list sets it, the live-row branch resets it to 0. Affected
+  // rows cannot tell: with mysql2's default CLIENT_FOUND_ROWS a fresh insert and an
+  // unchanged duplicate both report 1.
+  const claim = `INSERT INTO ${t} ${INSERT_COLUMNS}
+VALUES (?, 'in_progress', ?, ${MYSQL_NOW} + ?, ?, NULL, ${MYSQL_NOW} + ?, LAST_INSERT_ID(${MYSQL_NOW}))
+ON DUPLICATE KEY UPDATE
+  \`status\` = IF(${DEAD}, 'in_progress', \`status\`),
+  \`lease_token\` = IF(${DEAD}, ?, \`lease_token\`),
+  \`lease_expires_at\` = IF(${DEAD}, ${MYSQL_NOW} + ?, \`lease_expires_at\`),
+  \`fingerprint\` = IF(${DEAD}, ?, \`fingerprint\`),
+  \`result\` = IF(${DEAD}, NULL, \`result\`),
+  \`created_at\` = IF(${DEAD}, LAST_INSERT_ID(${MYSQL_NOW}), \`created_at\` + LAST_INSERT_ID(0)),
+  \`expires_at\` = IF(${DEAD}, ${MYSQL_NOW} + ?, \`expires_at\`)${returning ? `\nRETURNING ${COLUMNS}` : ''}`;
+  const stmt = (sql: string, params: unknown[]): Statement => ({ sql, params, name: undefined });
+  return {
+    dialect: 'mysql',
+    table,
+    claimReturning: returning,
+    claim: (key, token, leaseTtl, fingerprint) =>
+      stmt(claim, [key, token, leaseTtl, fingerprint ?? null, leaseTtl, token, leaseTtl, fingerprint ?? null, leaseTtl]),
+    read: (key) => stmt(`SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ? AND \`expires_at\` > ${MYSQL_NOW}`, [key]),
+    complete: (key, token, result, ttl) =>
+      stmt(
+        `UPDATE ${t} SET \`status\` = 'completed', \`result\` = ?, \`expires_at\` = ${MYSQL_NOW} + ?, \`lease_token\` = NULL, \`lease_expires_at\` = NULL
+WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress' AND \`lease_expires_at\` > ${MYSQL_NOW}`,
+        [result, ttl, key, token],
+      ),
+    release: (key, token) =>
+      stmt(`DELETE FROM ${t} WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress'`, [key, token]),
+    renew: (key, token, leaseTtl) =>
+      stmt(
+        `UPDATE ${t} SET \`lease_expires_at\` = ${MYSQL_NOW} + ?, \`expires_at\` = ${MYSQL_NOW} + ?
+WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress' AND \`lease_expires_at\` > ${MYSQL_NOW}`,
+        [leaseTtl, leaseTtl, key, token],
+      ),
+    delete: (key) => stmt(`DELETE FROM ${t} WHERE \`key\` = ?`, [key]),
+    // The transactional path acquires through `claim` too; it reads a live row it did not
+    // claim with a locking read, which sees the latest commit (the claim already holds the
+    // row's lock, so it never waits), where a plain SELECT could answer from an older snapshot.
+    readAny: (key) => stmt(`SELECT ${COLUMNS}, (${DEAD}) AS dead FROM ${t} WHERE \`key\` = ? FOR UPDATE`, [key]),
+    finish: (key, result, ttl) =>
+      stmt(
+        `UPDATE ${t} SET \`status\` = 'completed', \`result\` = ?, \`expires_at\` = ${MYSQL_NOW} + ?, \`lease_token\` = NULL, \`lease_expires_at\` = NULL WHERE \`key\` = ?`,
+        [result, ttl, key],
+      ),
+    // Single-table DELETE with ORDER BY and LIMIT: both servers take it (no subquery on the
+    // same table, which MySQL refuses). The store runs it under READ COMMITTED, so the scan
+    // takes no gap locks that would hold up concurrent claims.
+    purgeBatch: (limit) => stmt(`DELETE FROM ${t} WHERE ${DEAD} ORDER BY \`expires_at\` LIMIT ?`, [limit]),
+    probe: () =>
+      stmt(
+        `SELECT \`key\`, \`status\`, \`lease_token\`, \`lease_expires_at\`, \`fingerprint\`, \`result\`, \`expires_at\`, \`created_at\` FROM ${t} WHERE 1 = 0`,
+        [],
+      ),
+  };
+}
+
+/** What the server said it is, per DataSource (a promise, so concurrent first calls share one query). */
+const returningByDataSource = new WeakMap<DataSource, Promise<boolean>>();
+
+/**
+ * THE place where MySQL and MariaDB part ways: true when the server takes `INSERT ...
+ * RETURNING` (MariaDB 10.5 and later), read once per DataSource from `SELECT VERSION()`.
+ * Asked of the server rather than of `options.type`, because a `mysql` DataSource often
+ * points at MariaDB. A failed query is not remembered (the next call asks again).
+ */
+export function claimReturningOf(dataSource: DataSource): Promise<boolean> {
+  let known = returningByDataSource.get(dataSource);
+  if (!known) {
+    known = (async () => {
+      const rows = (await dataSource.query('SELECT VERSION() AS version')) as Array<{ version: string }>;
+      return supportsInsertReturning(String(rows[0]?.version ?? ''));
+    })();
+    returningByDataSource.set(dataSource, known);
+    known.catch(() => returningByDataSource.delete(dataSource));
+  }
+  return known;
+}
+
+/** `10.11.6-MariaDB-0+deb12u1` yes (10.5+); `8.0.36`, `8.4.3-standard` no. */
+export function supportsInsertReturning(version: string): boolean {
+  if (!/mariadb/i.test(version)) return false;
+  const [major, minor] = version.split(/[.-]/).map(Number);
+  return major > 10 || (major === 10 && minor >= 5);
+}
+
+/**
+ * The DDL of the records table. `key` is binary-collated (keys differ by case; a
+ * case-insensitive collation would make two keys one), `result` is MEDIUMTEXT (16 MB:
+ * TEXT's 64 KB is below the default maxResponseBytes of 1 MB), and the expiry index is
+ * declared inside CREATE TABLE because MySQL has no CREATE INDEX IF NOT EXISTS.
+ */
+export function mysqlRecordsTableDdl(name: TableName, primaryKeyName: string, expiryIndexName: string): string[] {
+  void primaryKeyName; // MySQL names every primary key PRIMARY.
+  return [
+    `CREATE TABLE IF NOT EXISTS ${mysqlQuoted(name)} (
+  \`key\` varchar(255) NOT NULL,
+  \`status\` varchar(16) NOT NULL,
+  \`lease_token\` varchar(255) NULL,
+  \`lease_expires_at\` bigint NULL,
+  \`fingerprint\` varchar(255) NULL,
+  \`result\` mediumtext NULL,
+  \`expires_at\` bigint NOT NULL,
+  \`created_at\` bigint NOT NULL,
+  PRIMARY KEY (\`key\`),
+  KEY \`${expiryIndexName}\` (\`expires_at\`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+  ];
+}
+
+/** @internal Tests only: answer `claimReturningOf` for this DataSource without asking (to run MySQL 8's statements on MariaDB). */
+export function assumeClaimReturning(dataSource: DataSource, returning: boolean): void {
+  returningByDataSource.set(dataSource, Promise.resolve(returning));
+}
