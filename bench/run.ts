@@ -155,7 +155,7 @@ function updateDocs(report: string): void {
 const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
 /** Batches of unique keys pushed through the bounded memory store: enough to see RSS level off. */
 const MEMORY_BATCHES = 5;
-const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
+export const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
 
 export function parseArgs(argv: string[]): BenchOptions {
   const options: BenchOptions = {
@@ -336,20 +336,20 @@ async function redisScriptCalls(redis: import('ioredis').Redis): Promise<number>
   return total;
 }
 
-interface Target {
+export interface Target {
   path: string;
   /** 'unique' gives every request a new key; otherwise the fixed key sent with each request. */
   key: 'unique' | string | undefined;
   duration: number;
 }
 
-interface CannonResult {
+export interface CannonResult {
   result: autocannon.Result;
   /** Every response time, ms at hrtime resolution (autocannon's histogram keeps whole ms and 2xx only). */
   latencies: Float64Array;
 }
 
-function cannon(port: number, target: Target, connections: number): Promise<CannonResult> {
+export function cannon(port: number, target: Target, connections: number): Promise<CannonResult> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   const unique = target.key === 'unique';
   if (target.key && !unique) headers['idempotency-key'] = target.key;
@@ -401,7 +401,7 @@ export function percentile(values: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
 
-function sampleOf({ result, latencies }: CannonResult): RunSample {
+export function sampleOf({ result, latencies }: CannonResult): RunSample {
   return {
     rps: result.requests.total / result.duration,
     p50: percentile(latencies, 50),

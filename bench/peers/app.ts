@@ -1,0 +1,152 @@
+/**
+ * The app of `npm run bench:peers`, in a child process of bench/peers/run.ts: NestJS 11
+ * (Express or Fastify) with one POST handler mounted bare (`/bare`), under this
+ * library's `@Idempotent()` (`/ours/first`) and under @node-idempotency/nestjs's
+ * (`/peer/first`), both on the same kind of store (memory, or Redis), so that the
+ * parent can interleave the three.
+ */
+import { PEERS_DIR } from './nest11.js';
+import 'reflect-metadata';
+import { Body, Controller, HttpCode, Module, Post, type INestApplication, type Type } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { join } from 'node:path';
+import { loadLib, loadLibModule } from '../lib.js';
+
+export interface PeersAppConfig {
+  platform: 'express' | 'fastify';
+  store: 'memory' | 'redis';
+  runId: string;
+  redisUrl: string;
+}
+
+export type PeersChildMessage =
+  | { type: 'ready'; port: number; nest: string; peer: string }
+  | { type: 'failed'; error: string }
+  | { id: number; type: 'cpu'; cpuMicros: number }
+  | { id: number; type: 'closed' };
+
+/** Retention of bench records on both sides: long enough for one bench. */
+const TTL = 10 * 60 * 1000;
+
+interface ChargeBody {
+  amount: number;
+}
+
+/** The same handler as bench/app.ts: a little real work, a small JSON answer. */
+function charge(body: ChargeBody, counter: { n: number }): { id: string; amount: number; status: string } {
+  return { id: `ch_${++counter.n}`, amount: body.amount, status: 'succeeded' };
+}
+
+function peerRequire<T>(name: string): T {
+  return require(require.resolve(name, { paths: [PEERS_DIR] })) as T;
+}
+
+async function start(config: PeersAppConfig): Promise<{ app: INestApplication; close: () => Promise<void> }> {
+  const lib = loadLib();
+  const peer = peerRequire<Record<string, any>>('@node-idempotency/nestjs');
+  const prefix = `bench:${config.runId}:`;
+  const closers: Array<() => Promise<void>> = [];
+
+  let store: InstanceType<typeof lib.MemoryIdempotencyStore> | import('../../lib/core/index.js').IdempotencyStore;
+  if (config.store === 'redis') {
+    const { Redis } = await import('ioredis');
+    const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../../lib/redis/index.js')>('redis/index.ts');
+    // As bench/stores.ts creates it, so that both benches measure the same client.
+    const client = new Redis(config.redisUrl, { ...recommendedRedisOptions(), enableAutoPipelining: true, lazyConnect: true });
+    client.on('error', () => undefined);
+    await client.connect();
+    store = new RedisIdempotencyStore(client, { prefix: `${prefix}ours:` });
+    closers.push(async () => {
+      let cursor = '0';
+      do {
+        const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) await client.unlink(...keys);
+      } while (cursor !== '0');
+      await client.quit();
+    });
+  } else {
+    store = new lib.MemoryIdempotencyStore();
+  }
+
+  const counter = { n: 0 };
+  const { Idempotent } = lib;
+  const PeerIdempotent = peer.Idempotent as (options?: object) => MethodDecorator;
+
+  @Controller()
+  class BenchController {
+    @Post('bare')
+    @HttpCode(201)
+    bare(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+
+    @Post('ours/first')
+    @HttpCode(201)
+    @Idempotent({ store, ttl: TTL })
+    ours(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+
+    @Post('peer/first')
+    @HttpCode(201)
+    @PeerIdempotent()
+    theirs(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+  }
+
+  const peerStorage = config.store === 'redis' ? { adapter: 'redis', options: { url: config.redisUrl } } : { adapter: 'memory' };
+  @Module({
+    imports: [
+      lib.IdempotencyModule.forRoot({ isGlobal: true }),
+      peer.NodeIdempotencyModule.forRootAsync({ storage: peerStorage, cacheKeyPrefix: `${prefix}peer`, cacheTTLMS: TTL }),
+    ],
+    controllers: [BenchController as Type<unknown>],
+  })
+  class PeersBenchModule {}
+
+  let app: INestApplication;
+  if (config.platform === 'fastify') {
+    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
+    app = await NestFactory.create(PeersBenchModule, new FastifyAdapter() as never, { logger: false });
+  } else {
+    app = await NestFactory.create(PeersBenchModule, { logger: false });
+  }
+  await app.listen(0, '127.0.0.1');
+  return {
+    app,
+    close: async () => {
+      await app.close();
+      for (const close of closers) await close().catch(() => undefined);
+    },
+  };
+}
+
+if (require.main === module) {
+  const config = JSON.parse(process.env.BENCH_PEERS_CONFIG ?? '{}') as PeersAppConfig;
+  const send = (message: PeersChildMessage) => process.send!(message);
+  process.once('disconnect', () => process.exit(0));
+  start(config).then(
+    ({ app, close }) => {
+      const address = app.getHttpServer().address() as { port: number };
+      process.on('message', (message: { id: number; type: 'cpu' | 'close' }) => {
+        if (message.type === 'cpu') {
+          const cpu = process.cpuUsage();
+          send({ id: message.id, type: 'cpu', cpuMicros: cpu.user + cpu.system });
+        } else {
+          void close().then(() => {
+            send({ id: message.id, type: 'closed' });
+            process.exit(0);
+          });
+        }
+      });
+      const version = (name: string) => (require(join(PEERS_DIR, 'node_modules', name, 'package.json')) as { version: string }).version;
+      send({ type: 'ready', port: address.port, nest: version('@nestjs/core'), peer: version('@node-idempotency/nestjs') });
+    },
+    (error: unknown) => {
+      send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+      process.exit(1);
+    },
+  );
+}

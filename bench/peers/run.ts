@@ -1,0 +1,377 @@
+/**
+ * This library beside @node-idempotency/nestjs 1.0.4, in the harness of bench/run.ts:
+ *
+ *   npm run bench:peers                                   # Express then Fastify, memory and Redis, ~8 min
+ *   npm run bench:peers -- --platform express --stores redis --rounds 3
+ *
+ * The peer's peer range stops at NestJS 10, so both run on NestJS 11, installed into
+ * bench/.scratch/peers from the committed lockfile of .ci/legs/peers (as the NestJS 11
+ * test leg is). One app process per platform and store holds the bare handler, this
+ * library's `@Idempotent()` and the peer's, on the same kind of store; runs are
+ * interleaved (bare, ours, bare, peer, bare, ...; which side goes first alternates by
+ * round) and each is divided by the mean of the bare runs around it. Not part of
+ * `npm test` or CI: it takes minutes and its figures are timings.
+ */
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { BODY, cannon, sampleOf, type RunSample } from '../run.js';
+import { describeLib } from '../lib.js';
+import { median, round } from '../stats.js';
+import type { PeersAppConfig, PeersChildMessage } from './app.js';
+
+type Platform = 'express' | 'fastify';
+type Store = 'memory' | 'redis';
+type Case = 'first' | 'replay';
+type Side = 'ours' | 'peer';
+
+interface PeersOptions {
+  platforms: Platform[];
+  stores: Store[];
+  cases: Case[];
+  duration: number;
+  rounds: number;
+  connections: number;
+  redisUrl: string;
+  out: string;
+  updateDocs: boolean;
+}
+
+interface SideSummary {
+  /** Median over rounds of req/s ÷ mean(bare before, bare after), then min and max. */
+  rpsRatio: number;
+  rpsRatioMin: number;
+  rpsRatioMax: number;
+  /** Median over rounds of app CPU µs per request above the bare runs around it. */
+  addedCpuMicrosPerRequest: number;
+  non2xx: number;
+  errors: number;
+  rounds: { rps: number; ratio: number; cpuMicrosPerRequest: number; bareRps: number }[];
+}
+
+export interface PeersResult {
+  generatedAt: string;
+  lib: string;
+  nest: string;
+  peer: string;
+  machine: { node: string; cpus: number; cpuModel: string; loadAverageAtStart: number[] };
+  options: Omit<PeersOptions, 'out'>;
+  results: { platform: Platform; store: Store; case: Case; ours: SideSummary; peer: SideSummary }[];
+}
+
+const ROOT = resolve(__dirname, '..', '..');
+const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'peers.json');
+const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
+const PEERS_DIR = process.env.BENCH_PEERS_DIR ? resolve(process.env.BENCH_PEERS_DIR) : join(ROOT, 'bench', '.scratch', 'peers');
+const DOCS = join(ROOT, 'docs', 'performance.md');
+const START = '<!-- bench:peers:start -->';
+const END = '<!-- bench:peers:end -->';
+
+function parseArgs(argv: string[]): PeersOptions {
+  const options: PeersOptions = {
+    platforms: ['express', 'fastify'],
+    stores: ['memory', 'redis'],
+    cases: ['first', 'replay'],
+    duration: 2,
+    rounds: 5,
+    connections: 50,
+    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    out: DEFAULT_OUT,
+    updateDocs: true,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i].split('=', 2);
+    const value = () => inline ?? argv[++i];
+    const list = <T extends string>(allowed: readonly T[]) => {
+      const items = value().split(',') as T[];
+      for (const item of items) if (!allowed.includes(item)) throw new Error(`${flag}: unknown value ${item}`);
+      return items;
+    };
+    switch (flag) {
+      case '--platform':
+        options.platforms = value() === 'both' ? ['express', 'fastify'] : list(['express', 'fastify'] as const);
+        break;
+      case '--stores':
+        options.stores = list(['memory', 'redis'] as const);
+        break;
+      case '--cases':
+        options.cases = list(['first', 'replay'] as const);
+        break;
+      case '--duration':
+        options.duration = Number(value());
+        break;
+      case '--rounds':
+        options.rounds = Number(value());
+        break;
+      case '--connections':
+        options.connections = Number(value());
+        break;
+      case '--redis-url':
+        options.redisUrl = value();
+        break;
+      case '--out':
+        options.out = resolve(value());
+        break;
+      case '--no-docs':
+        options.updateDocs = false;
+        break;
+      case '--help':
+        process.stdout.write(
+          'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis] [--cases first,replay]\n' +
+            '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--out file] [--no-docs]\n' +
+            '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
+        );
+        return process.exit(0);
+      default:
+        throw new Error(`Unknown option ${flag}; see --help.`);
+    }
+  }
+  if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1)) {
+    throw new Error('--duration, --rounds and --connections must be positive numbers.');
+  }
+  return options;
+}
+
+/** Installs NestJS 11 and the peer from .ci/legs/peers unless that lockfile is installed already. */
+function installPeers(): void {
+  if (process.env.BENCH_PEERS_DIR) return;
+  execFileSync('bash', [join(ROOT, '.ci', 'legs', 'install.sh'), 'peers', PEERS_DIR], { stdio: ['ignore', 2, 2] });
+}
+
+class PeersApp {
+  private nextId = 1;
+  private readonly waiting = new Map<number, (message: PeersChildMessage) => void>();
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly port: number,
+    readonly nest: string,
+    readonly peer: string,
+  ) {
+    child.on('message', (message: PeersChildMessage) => {
+      if ('id' in message) {
+        this.waiting.get(message.id)?.(message);
+        this.waiting.delete(message.id);
+      }
+    });
+  }
+
+  static start(config: PeersAppConfig): Promise<PeersApp> {
+    const child = fork(join(__dirname, 'app.ts'), [], {
+      execArgv: ['-r', TS_REQUIRE],
+      env: { ...process.env, BENCH_PEERS_CONFIG: JSON.stringify(config), BENCH_PEERS_DIR: PEERS_DIR },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new Promise((resolvePromise, reject) => {
+      const onExit = (code: number | null) => reject(new Error(`peers app exited with code ${code} before it was ready`));
+      child.once('exit', onExit);
+      child.once('message', (message: PeersChildMessage) => {
+        child.off('exit', onExit);
+        if (message.type === 'ready') resolvePromise(new PeersApp(child, message.port, message.nest, message.peer));
+        else {
+          child.kill('SIGKILL');
+          reject(new Error(`peers app failed to start: ${'error' in message ? message.error : JSON.stringify(message)}`));
+        }
+      });
+    });
+  }
+
+  private request(type: 'cpu' | 'close'): Promise<PeersChildMessage> {
+    const id = this.nextId++;
+    return new Promise((resolvePromise) => {
+      this.waiting.set(id, resolvePromise);
+      this.child.send({ id, type });
+    });
+  }
+
+  async cpuMicros(): Promise<number> {
+    const message = await this.request('cpu');
+    return message.type === 'cpu' ? message.cpuMicros : Number.NaN;
+  }
+
+  async close(): Promise<void> {
+    const exited = new Promise((r) => this.child.once('exit', r));
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
+    await this.request('close').catch(() => undefined);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+interface Paired {
+  sample: RunSample;
+  bareBefore: RunSample;
+  bareAfter: RunSample;
+}
+
+function summarize(pairs: Paired[]): SideSummary {
+  const rounds = pairs.map(({ sample, bareBefore, bareAfter }) => {
+    const bareRps = (bareBefore.rps + bareAfter.rps) / 2;
+    const bareCpu = (bareBefore.cpuMicrosPerRequest! + bareAfter.cpuMicrosPerRequest!) / 2;
+    return {
+      rps: sample.rps,
+      ratio: sample.rps / bareRps,
+      cpu: sample.cpuMicrosPerRequest!,
+      addedCpu: sample.cpuMicrosPerRequest! - bareCpu,
+      bareRps,
+    };
+  });
+  const ratios = rounds.map((r) => r.ratio);
+  return {
+    rpsRatio: round(median(ratios)),
+    rpsRatioMin: round(Math.min(...ratios)),
+    rpsRatioMax: round(Math.max(...ratios)),
+    addedCpuMicrosPerRequest: round(median(rounds.map((r) => r.addedCpu)), 0),
+    non2xx: pairs.reduce((n, p) => n + p.sample.non2xx, 0),
+    errors: pairs.reduce((n, p) => n + p.sample.errors, 0),
+    rounds: rounds.map((r) => ({
+      rps: Math.round(r.rps),
+      ratio: round(r.ratio),
+      cpuMicrosPerRequest: round(r.cpu, 1),
+      bareRps: Math.round(r.bareRps),
+    })),
+  };
+}
+
+async function runOne(
+  platform: Platform,
+  store: Store,
+  options: PeersOptions,
+  runId: string,
+  log: (line: string) => void,
+): Promise<{ app: { nest: string; peer: string }; results: PeersResult['results'] }> {
+  const app = await PeersApp.start({ platform, store, runId: `${runId}${platform[0]}${store[0]}`, redisUrl: options.redisUrl });
+  try {
+    const measure = async (path: string, key: string) => {
+      const before = await app.cpuMicros();
+      const sample = sampleOf(await cannon(app.port, { path, key, duration: options.duration }, options.connections));
+      // Requests still in the server when autocannon stopped were sent: let them finish.
+      await new Promise((r) => setTimeout(r, 100));
+      sample.cpuMicrosPerRequest = ((await app.cpuMicros()) - before) / sample.requests;
+      return sample;
+    };
+    const paths: Record<Side, string> = { ours: '/ours/first', peer: '/peer/first' };
+    const warm = Math.min(0.5, options.duration / 2);
+    for (const path of ['/bare', paths.ours, paths.peer]) {
+      await cannon(app.port, { path, key: 'unique', duration: warm }, options.connections);
+      await cannon(app.port, { path, key: `warm-${runId}`, duration: warm }, options.connections);
+    }
+    const pairs = new Map<string, Paired[]>();
+    for (let round = 0; round < options.rounds; round++) {
+      let bareBefore = await measure('/bare', 'unique');
+      const sides: Side[] = round % 2 === 0 ? ['ours', 'peer'] : ['peer', 'ours'];
+      for (const c of options.cases) {
+        for (const side of sides) {
+          const key = c === 'first' ? 'unique' : `replay-${runId}-${platform}-${store}-${side}-${round}`;
+          if (c === 'replay') {
+            const stored = await fetch(`http://127.0.0.1:${app.port}${paths[side]}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'idempotency-key': key },
+              body: BODY,
+            });
+            if (stored.status !== 201)
+              throw new Error(`${side} ${paths[side]} answered ${stored.status} to the request that stores the replayed key`);
+          }
+          const sample = await measure(paths[side], key);
+          const bareAfter = await measure('/bare', 'unique');
+          log(
+            `  ${platform} ${store} round ${round + 1} ${c.padEnd(6)} ${side}  ${Math.round(sample.rps)} req/s, ` +
+              `${Math.round(sample.cpuMicrosPerRequest!)} µs/req (bare ${Math.round(bareBefore.rps)} → ${Math.round(bareAfter.rps)} req/s)` +
+              `${sample.non2xx ? `  non-2xx ${sample.non2xx}` : ''}`,
+          );
+          const id = `${c}:${side}`;
+          (pairs.get(id) ?? pairs.set(id, []).get(id)!).push({ sample, bareBefore, bareAfter });
+          bareBefore = bareAfter;
+        }
+      }
+    }
+    return {
+      app: { nest: app.nest, peer: app.peer },
+      results: options.cases.map((c) => ({
+        platform,
+        store,
+        case: c,
+        ours: summarize(pairs.get(`${c}:ours`)!),
+        peer: summarize(pairs.get(`${c}:peer`)!),
+      })),
+    };
+  } finally {
+    await app.close();
+  }
+}
+
+export function peersReport(result: PeersResult): string {
+  const cell = (s: SideSummary) =>
+    `**${s.rpsRatio.toFixed(2)}** (${s.rpsRatioMin.toFixed(2)}–${s.rpsRatioMax.toFixed(2)})${s.non2xx || s.errors ? ` ⚠ ${s.non2xx} non-2xx, ${s.errors} errors` : ''}`;
+  const lines = [
+    `Run ${result.generatedAt} · NestJS ${result.nest} · @node-idempotency/nestjs ${result.peer} · Node ${result.machine.node} · ` +
+      `${result.machine.cpus} CPUs · load ${result.machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(' ')} · ` +
+      `${result.options.connections} connections · ${result.options.duration} s × ${result.options.rounds} interleaved rounds`,
+    '',
+    '| platform | store | case | nestjs-idempotency × bare | @node-idempotency/nestjs × bare | added CPU µs/req (ours / peer) |',
+    '|---|---|---|--:|--:|--:|',
+  ];
+  for (const r of result.results) {
+    lines.push(
+      `| ${r.platform} | ${r.store} | ${r.case === 'first' ? 'first execution' : 'replay'} | ${cell(r.ours)} | ${cell(r.peer)} | ` +
+        `${r.ours.addedCpuMicrosPerRequest} / ${r.peer.addedCpuMicrosPerRequest} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function updateDocs(report: string): void {
+  const text = readFileSync(DOCS, 'utf8');
+  const start = text.indexOf(START);
+  const end = text.indexOf(END);
+  if (start < 0 || end < start) {
+    process.stderr.write(`bench:peers: no ${START} … ${END} markers in docs/performance.md; left it alone\n`);
+    return;
+  }
+  writeFileSync(DOCS, text.slice(0, start + START.length) + '\n' + report + '\n' + text.slice(end));
+}
+
+async function main(): Promise<void> {
+  const options = parseArgs(process.argv.slice(2));
+  const log = (line: string) => process.stderr.write(line + '\n');
+  installPeers();
+  if (!existsSync(join(PEERS_DIR, 'node_modules', '@node-idempotency', 'nestjs'))) throw new Error(`no peers install at ${PEERS_DIR}`);
+  const runId = `peers${randomBytes(3).toString('hex')}`;
+  const { out: _out, ...shown } = options;
+  const result: PeersResult = {
+    generatedAt: new Date().toISOString(),
+    lib: describeLib(),
+    nest: '',
+    peer: '',
+    machine: { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() },
+    options: shown,
+    results: [],
+  };
+  for (const platform of options.platforms) {
+    for (const store of options.stores) {
+      log(`${platform}, ${store}: this library and @node-idempotency/nestjs`);
+      const { app, results } = await runOne(platform, store, options, runId, log);
+      result.nest = app.nest;
+      result.peer = app.peer;
+      result.results.push(...results);
+    }
+  }
+  const report = peersReport(result);
+  mkdirSync(dirname(options.out), { recursive: true });
+  writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
+  writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
+  process.stdout.write('\n' + report + '\n');
+  if (options.updateDocs && options.out === DEFAULT_OUT && !process.env.BENCH_LIB) updateDocs(report);
+}
+
+if (require.main === module) {
+  main().then(
+    () => process.exit(0),
+    (error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+}
