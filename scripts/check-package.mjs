@@ -25,8 +25,23 @@ const stage = join(work, 'stage');
 const startedAt = Date.now();
 const failures = [];
 
+/** Packages of the integrations (GraphQL, BullMQ, events, schedules) and the MySQL driver, optional peers too. */
+const INTEGRATION_PEERS = ['@nestjs/graphql', 'graphql', 'bullmq', '@nestjs/bullmq', '@nestjs/event-emitter', '@nestjs/schedule', 'mysql2'];
 /** Optional peers: the root entry point must load without any of them. */
-const OPTIONAL_PEERS = ['ioredis', 'typeorm', '@nestjs/microservices', 'prom-client', '@opentelemetry/api', '@nestjs/terminus'];
+const OPTIONAL_PEERS = [
+  'ioredis',
+  'typeorm',
+  '@nestjs/microservices',
+  'prom-client',
+  '@opentelemetry/api',
+  '@nestjs/terminus',
+  ...INTEGRATION_PEERS,
+];
+/**
+ * What an HTTP app that uses no integration must never even try to load (require or
+ * import, found or not): a lazy load that fails quietly would still be a load.
+ */
+const NEVER_LOADED = ['ioredis', 'typeorm', ...INTEGRATION_PEERS];
 /** Each subpath, and the peer it may need at load time (null: must load with none). */
 const SUBPATHS = {
   'nestjs-idempotency': null,
@@ -213,6 +228,7 @@ try {
     writeFileSync(join(dir, consumer.file), consumer.type === 'module' ? esmApp(consumer.platform) : cjsApp(consumer.platform));
     writeFileSync(join(dir, 'subpaths.cjs'), subpathProbe('cjs'));
     writeFileSync(join(dir, 'subpaths.mjs'), subpathProbe('esm'));
+    writeFileSync(join(dir, 'track-loads.mjs'), loadTracker());
     const ci = npm(['ci', '--no-audit', '--no-fund'], dir, consumer.npmNode);
     const added = npm(['install', '--no-save', '--no-audit', '--no-fund', tarball], dir, consumer.npmNode);
     const engineWarnings = `${ci}${added}`.split('\n').filter((line) => line.includes('EBADENGINE'));
@@ -236,7 +252,9 @@ try {
     check(absent.length === OPTIONAL_PEERS.length, `${consumer.name}: no optional peer installed (${OPTIONAL_PEERS.join(', ')})`);
     for (const node of consumer.nodes) {
       step(`${consumer.name}: boot a decorated app with plain node ${node.version} and send a key twice`);
-      const result = JSON.parse(run(node.bin, [consumer.file], dir, { timeout: 60_000 }).trim().split('\n').pop());
+      const result = JSON.parse(
+        run(node.bin, ['--import', './track-loads.mjs', consumer.file], dir, { timeout: 60_000 }).trim().split('\n').pop(),
+      );
       console.log(`  NestJS ${result.nest}, ${consumer.platform}, Node ${result.node}: ${JSON.stringify(result.responses)}`);
       const [first, second] = result.responses;
       check(result.node === node.version, `the app ran on Node ${node.version}`);
@@ -244,6 +262,10 @@ try {
       check(first.replayed === null && second.replayed === 'true', 'the second answer carries Idempotent-Replayed: true');
       check(first.body === second.body, 'the replay has the same body');
       check(result.runs === 1, 'the handler ran once');
+      check(
+        Array.isArray(result.attempted) && result.attempted.length === 0,
+        `the app never tried to load ${NEVER_LOADED.join(', ')}${result.attempted?.length ? ' (it tried ' + result.attempted.join(', ') + ')' : ''}`,
+      );
 
       step(`${consumer.name}: every entry point, with require and import, without optional peers (Node ${node.version})`);
       for (const system of ['cjs', 'esm']) {
@@ -348,7 +370,8 @@ for (let i = 0; i < 2; i++) {
 }
 await app.close();
 const nest = JSON.parse(readFileSync(new URL('./node_modules/@nestjs/core/package.json', pathToFileURL(process.cwd() + '/')), 'utf8')).version;
-console.log(JSON.stringify({ nest, node: process.versions.node, runs, responses }));
+const attempted = await globalThis.__attemptedLoads();
+console.log(JSON.stringify({ nest, node: process.versions.node, runs, responses, attempted }));
 `;
 }
 
@@ -405,6 +428,58 @@ export const locked = withLock(new MemoryLockProvider(), 'sku-1', async () => li
   controllers: [PaymentsController],
 })
 export class AppModule {}
+`;
+}
+
+/**
+ * Preloaded with \`node --import\`: records every require() and import of a NEVER_LOADED
+ * package, whether or not it resolves. require() through Module._resolveFilename; import
+ * through a module.register() resolve hook, whose thread reports over a MessagePort.
+ * \`globalThis.__attemptedLoads()\` returns what was tried, after a sentinel import has
+ * come back through the same port (so every earlier report has arrived).
+ */
+function loadTracker() {
+  const hooks = `
+let port;
+let watched;
+export function initialize(data) {
+  port = data.port;
+  watched = data.watched;
+}
+export async function resolve(specifier, context, next) {
+  if (specifier === 'data:text/javascript,export default "sentinel"') port.postMessage({ sentinel: true });
+  const name = specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0];
+  if (watched.includes(name)) port.postMessage({ name });
+  return next(specifier, context);
+}
+`;
+  return `import Module, { register } from 'node:module';
+import { MessageChannel } from 'node:worker_threads';
+const watched = ${JSON.stringify(NEVER_LOADED)};
+const attempted = new Set();
+const packageOf = (specifier) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]);
+let sentinelSeen;
+const { port1, port2 } = new MessageChannel();
+port1.on('message', (message) => {
+  if (message.sentinel) sentinelSeen?.();
+  else attempted.add(message.name);
+});
+port1.unref();
+register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hooks)}), { data: { port: port2, watched }, transferList: [port2] });
+const resolveFilename = Module._resolveFilename;
+Module._resolveFilename = function (request, ...rest) {
+  if (watched.includes(packageOf(request))) attempted.add(packageOf(request));
+  return resolveFilename.call(this, request, ...rest);
+};
+globalThis.__attemptedLoads = async () => {
+  // The port keeps the process alive only while the sentinel is on its way.
+  port1.ref();
+  const arrived = new Promise((resolve) => (sentinelSeen = resolve));
+  await import('data:text/javascript,export default "sentinel"');
+  await arrived;
+  port1.unref();
+  return [...attempted].sort();
+};
 `;
 }
 
