@@ -12,6 +12,7 @@ export { IdempotencyService, type RunOptions, type RecordLocator, type StoredRes
 export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
 export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
 export type { IdempotentOptions, IdempotencyModuleOptions } from './nest/idempotency.options.js';
+export type { IdempotentMethodOptions } from './nest/method-options.js';
 export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.adapter.js';
 export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/rpc/rpc-error.js';
 

@@ -1,5 +1,6 @@
 export * from './idempotency.constants.js';
 export * from './idempotency.options.js';
+export * from './method-options.js';
 export * from './idempotency.module.js';
 export * from './idempotent.decorator.js';
 export * from './idempotency.interceptor.js';

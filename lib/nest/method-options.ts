@@ -1,7 +1,5 @@
 import type { IdempotentOptions } from './idempotency.options.js';
 
-type MaybePromise<T> = T | Promise<T>;
-
 /**
  * Options of `@Idempotent()` on a method that runs without a request: a provider method
  * your code calls, an `@OnEvent()` listener, `process(job)` of a BullMQ processor, a
@@ -24,7 +22,7 @@ export interface IdempotentMethodOptions<Args extends unknown[] = any[]> extends
    * `@OnEvent()` listener (refused at boot without it).
    * @default BullMQ: the job id; `@Cron()`: its scheduled fire time; `@Interval()`: the epoch-aligned period of the tick
    */
-  key?: (...args: Args) => MaybePromise<string | number | undefined | null>;
+  key?: (...args: Args) => string | number | undefined | null | Promise<string | number | undefined | null>;
   /**
    * The operation part of the scope: keys of two operations never meet. Set it to keep
    * keys when a class or method is renamed, or to share keys between two methods.
