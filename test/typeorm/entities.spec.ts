@@ -16,6 +16,7 @@ import {
   updateWithVersion,
 } from '../../lib/typeorm/index.js';
 import { Account, RefundRecord } from './refund.entities.js';
+import { createMariaDataSource } from './mariadb/support.js';
 import { createPgDataSource, createSqljsDataSource } from './support.js';
 
 const orderLifecycle = defineStateMachine(
@@ -109,6 +110,7 @@ describe('isUniqueViolation (driver shapes)', () => {
 
 const backends: Array<[string, () => Promise<{ dataSource: DataSource; destroy: () => Promise<void> }>]> = [
   ['PostgreSQL', async () => createPgDataSource({ entities, poolSize: 8 })],
+  ['MariaDB', async () => createMariaDataSource({ entities, poolSize: 8 })],
   [
     'SQLite (sql.js)',
     async () => {
