@@ -13,6 +13,7 @@ import { OrderEventsRmqController } from './messages/amqp.js';
 import { MessagesController } from './messages/messages.controller.js';
 import { OrderEventsConsumer } from './messages/order-events.consumer.js';
 import { OrderEventsPublisher } from './messages/order-events.publisher.js';
+import { SampleGraphqlModule } from './graphql/graphql.module.js';
 import { EventCounter } from './ops/event-counter.js';
 import { StatsController } from './ops/stats.controller.js';
 import { OrdersController } from './orders/orders.controller.js';
@@ -60,6 +61,8 @@ export class SampleAppModule {
           onEvent: events.listener,
         }),
         OneTimeTokenModule.forRoot({ isGlobal: true, store: resources.tokenStore, ttl: 10 * 60_000 }),
+        // GraphQL at /graphql: the idempotent issueGiftCard mutation.
+        SampleGraphqlModule,
       ],
       controllers: [
         RefundsController,
