@@ -7,6 +7,7 @@ import {
   type DynamicModule,
   type ExecutionContext,
   type INestApplication,
+  type LoggerService,
 } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { Args, Field, InputType, Int, Mutation, ObjectType, Query, Resolver, GraphQLModule } from '@nestjs/graphql';
@@ -116,7 +117,7 @@ export async function createGraphqlApp(
   effects: Effects,
   hooks: Hooks,
   options: IdempotencyModuleOptions = {},
-  extra: { providers?: any[] } = {},
+  extra: { providers?: any[]; logger?: LoggerService } = {},
 ): Promise<{ app: INestApplication; url: string }> {
   const RefundResolver = buildResolver(effects, hooks);
   @Module({})
@@ -136,7 +137,7 @@ export async function createGraphqlApp(
       };
     }
   }
-  const app = await NestFactory.create(AppModule.register(), { logger: false });
+  const app = await NestFactory.create(AppModule.register(), { logger: extra.logger ?? false });
   await app.listen(0, '127.0.0.1');
   return { app, url: `${await app.getUrl()}/graphql` };
 }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { IdempotencyInterceptor, MemoryIdempotencyStore, type IdempotencyStore } from '../../lib/index.js';
+import { captureLogger } from '../support/capture-logger.js';
 import { createGraphqlApp, Effects, gate, gql, until, type Hooks } from './graphql-app.js';
 
 /**
@@ -232,7 +233,7 @@ describe('GraphQL mutations with @Idempotent() (Apollo over HTTP)', () => {
   });
 });
 
-describe('GraphQL mutations: store outage and the interceptor entry point', () => {
+describe('GraphQL mutations: store outage, logs and the interceptor entry point', () => {
   let app: INestApplication | undefined;
   afterEach(async () => {
     await app?.close();
@@ -250,6 +251,21 @@ describe('GraphQL mutations: store outage and the interceptor entry point', () =
     expect(response.errors![0].extensions).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE', status: 503 });
     expect(JSON.stringify(response)).not.toContain('10.0.0.7');
     expect(effects.count('refund')).toBe(0);
+  });
+
+  it("leaves refusals out of Nest's error log, which still logs the resolver's own errors", async () => {
+    const lines: string[] = [];
+    let url: string;
+    ({ app, url } = await createGraphqlApp(new Effects(), {}, {}, { logger: captureLogger(lines) }));
+    const key = randomUUID();
+    await gql(url, 'mutation { ping }', { key });
+    const own = await gql(url, 'mutation { flaky(orderId: "logged") }', { key: randomUUID() });
+    expect(own.errors![0].message).toBe('first attempt fails');
+    const missing = await gql(url, 'mutation { ping }', {});
+    expect(missing.errors![0].extensions!.code).toBe('IDEMPOTENCY_KEY_MISSING');
+    const errors = lines.filter((line) => line.startsWith('error'));
+    expect(errors.some((line) => line.includes('first attempt fails'))).toBe(true);
+    expect(errors.filter((line) => line.includes('idempotency key'))).toEqual([]);
   });
 
   it('serves mutations alike with IdempotencyInterceptor registered globally (the protocol runs once)', async () => {
