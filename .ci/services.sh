@@ -64,4 +64,17 @@ if ! port_open 4222; then
 fi
 wait_for nats "(exec 3<>/dev/tcp/127.0.0.1/4222)"
 
+# MariaDB (or MySQL), 3306: root with an empty password, database test (the TypeORM MySQL/MariaDB suites).
+mysql_client=$(command -v mariadb || command -v mysql) || fail mariadb "neither 'mariadb' nor 'mysql' (the client) is installed"
+mysql_ping() { "$mysql_client" -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 -e 'SELECT 1' >/dev/null 2>&1; }
+if ! mysql_ping; then
+  [ -x /usr/sbin/mariadbd ] || fail mariadb "not answering on 127.0.0.1:3306 and /usr/sbin/mariadbd is not installed"
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null
+  start mariadb start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+fi
+wait_for mariadb "$mysql_client -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 -e 'SELECT 1'"
+"$mysql_client" -h 127.0.0.1 -P 3306 -u root -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null 2>&1 ||
+  fail mariadb "user root (empty password) cannot create database test on 127.0.0.1:3306"
+"$mysql_client" -h 127.0.0.1 -P 3306 -u root -D test -e 'SELECT 1' >/dev/null 2>&1 || fail mariadb "user root cannot connect to database test"
+
 echo "services: all up"
