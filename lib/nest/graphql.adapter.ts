@@ -149,9 +149,17 @@ export class GraphqlTransportAdapter implements TransportAdapter {
     return context.getArgByIndex<unknown>(1) ?? {};
   }
 
+  /**
+   * The value, with the paths of its `Date`s beside it when it has any: JSON turns them
+   * into strings, and Nest's `DateTime` scalar serializes only `Date` objects (a string
+   * would answer `null`), so a replay gets them back as `Date`s.
+   */
   captureValue(_context: ExecutionContext, value: unknown): StoredOutcome {
     const reason = unstorableReason(value);
-    return reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) };
+    if (reason) return { kind: 'unstorable', reason };
+    const dates: DatePath[] = [];
+    collectDates(value, [], dates, []);
+    return { kind: 'value', value: encodeValue(dates.length > 0 ? { [DATES]: dates, value } : value) };
   }
 
   /** A cached error (`cacheErrors`): an HttpException by its status and body, any other by its message and `extensions`. */
@@ -179,7 +187,7 @@ export class GraphqlTransportAdapter implements TransportAdapter {
   }
 
   replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
-    if (outcome.kind === 'value') return decodeValue(outcome.value);
+    if (outcome.kind === 'value') return withDates(decodeValue(outcome.value));
     if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
     const props = outcome.error.props ?? {};
     if (typeof props.status === 'number' && props.body !== undefined) {
@@ -225,6 +233,59 @@ function requestOf(context: ExecutionContext): HttpRequestLike | undefined {
   const request = (graphqlContext.req ?? graphqlContext.request ?? (graphqlContext.reply as { request?: unknown } | undefined)?.request) as
     HttpRequestLike | undefined;
   return typeof request === 'object' && request !== null ? request : undefined;
+}
+
+/** Where a stored value keeps the paths of its `Date`s (a name no resolver value uses). */
+const DATES = '__nestjsIdempotencyDates';
+/** Deep enough for any result type; deeper `Date`s come back as strings. */
+const MAX_DATE_DEPTH = 64;
+type DatePath = readonly (string | number)[];
+
+function collectDates(value: unknown, path: (string | number)[], found: DatePath[], open: object[]): void {
+  if (typeof value !== 'object' || value === null) return;
+  if (value instanceof Date) {
+    if (!Number.isNaN(value.getTime())) found.push([...path]);
+    return;
+  }
+  // What JSON writes through toJSON() (or not at all) is not walked; nor cycles (JSON refuses them anyway).
+  if (path.length >= MAX_DATE_DEPTH || typeof (value as { toJSON?: unknown }).toJSON === 'function' || open.includes(value)) return;
+  if (ArrayBuffer.isView(value)) return;
+  open.push(value);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      path.push(i);
+      collectDates(value[i], path, found, open);
+      path.pop();
+    }
+  } else {
+    for (const key of Object.keys(value)) {
+      path.push(key);
+      collectDates((value as Record<string, unknown>)[key], path, found, open);
+      path.pop();
+    }
+  }
+  open.pop();
+}
+
+/** A stored value with its `Date`s restored (see `captureValue`). */
+function withDates(stored: unknown): unknown {
+  if (typeof stored !== 'object' || stored === null || !Array.isArray((stored as Record<string, unknown>)[DATES])) return stored;
+  const { [DATES]: dates, value } = stored as { [DATES]: DatePath[]; value: unknown };
+  for (const path of dates) {
+    if (path.length === 0) {
+      if (typeof value === 'string') return new Date(value);
+      continue;
+    }
+    let parent: unknown = value;
+    for (let i = 0; i < path.length - 1 && typeof parent === 'object' && parent !== null; i++) {
+      parent = (parent as Record<string | number, unknown>)[path[i]];
+    }
+    const last = path[path.length - 1];
+    if (typeof parent === 'object' && parent !== null && typeof (parent as Record<string | number, unknown>)[last] === 'string') {
+      (parent as Record<string | number, unknown>)[last] = new Date((parent as Record<string | number, string>)[last]);
+    }
+  }
+  return value;
 }
 
 /** `a`, or `a.0.b` for nested paths. */

@@ -25,6 +25,11 @@ export class Refund {
   amount: number;
   @Field(() => Int)
   run: number;
+  /** DateTime scalars serialize only Date objects: replays must give them back as such. */
+  @Field()
+  createdAt: Date;
+  @Field(() => [Date])
+  steps: Date[];
 }
 
 @InputType()
@@ -58,6 +63,11 @@ class UserFromHeaderGqlGuard implements CanActivate {
   }
 }
 
+function refundOf(orderId: string, amount: number, run: number): Refund {
+  const createdAt = new Date(Date.UTC(2026, 0, run, 12, 30));
+  return { id: `rf_${orderId}_${run}`, amount, run, createdAt, steps: [createdAt, new Date(createdAt.getTime() + 1000)] };
+}
+
 export function buildResolver(effects: Effects, hooks: Hooks) {
   @Resolver(() => Refund)
   class RefundResolver {
@@ -75,7 +85,7 @@ export function buildResolver(effects: Effects, hooks: Hooks) {
         hooks.started?.();
         await hooks.gate;
       }
-      return { id: `rf_${orderId}_${run}`, amount, run };
+      return refundOf(orderId, amount, run);
     }
 
     @Idempotent({ inFlight: 'wait', waitTimeout: 20_000 })
@@ -86,7 +96,7 @@ export function buildResolver(effects: Effects, hooks: Hooks) {
         hooks.started?.();
         await hooks.gate;
       }
-      return { id: `rf_${input.orderId}_${run}`, amount: input.amount, run };
+      return refundOf(input.orderId, input.amount, run);
     }
 
     /** No parameter decorators: Nest passes the raw resolver arguments. */

@@ -42,6 +42,21 @@ describe('GraphQL mutations with @Idempotent() (Apollo over HTTP)', () => {
     expect(other.data?.refund.run).toBe(2);
   });
 
+  it('replays DateTime fields (Date objects, also in lists) as the first answer had them', async () => {
+    const orderId = randomUUID();
+    const key = randomUUID();
+    const query = `mutation { refund(orderId: "${orderId}", amount: 2) { id createdAt steps } }`;
+    const first = await gql(url, query, { key });
+    expect(first.errors).toBeUndefined();
+    expect(first.data!.refund).toEqual({
+      id: `rf_${orderId}_1`,
+      createdAt: '2026-01-01T12:30:00.000Z',
+      steps: ['2026-01-01T12:30:00.000Z', '2026-01-01T12:30:01.000Z'],
+    });
+    expect(await gql(url, query, { key })).toEqual(first);
+    expect(effects.count(`refund:${orderId}`)).toBe(1);
+  });
+
   it('fingerprints the arguments whether written inline or as variables, and refuses a key reused with other arguments (422 equivalent)', async () => {
     const orderId = randomUUID();
     const key = randomUUID();
