@@ -112,6 +112,13 @@ export function buildResolver(effects: Effects, hooks: Hooks) {
       throw new HttpException(`order ${orderId} declined (${effects.hit('decline')})`, 402);
     }
 
+    /** The key from the arguments (the `key` option), not from a header. */
+    @Mutation(() => Int)
+    @Idempotent({ key: (ctx: ExecutionContext) => ctx.getArgByIndex<{ paymentId: string }>(1).paymentId })
+    capture(@Args('paymentId') paymentId: string): number {
+      return effects.hit(`capture:${paymentId}`);
+    }
+
     @Mutation(() => Int)
     @Idempotent()
     flaky(@Args('orderId') orderId: string): number {

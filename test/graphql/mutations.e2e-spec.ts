@@ -227,6 +227,15 @@ describe('GraphQL mutations with @Idempotent() (Apollo over HTTP)', () => {
     for (const r of responses) expect(r).toEqual({ status: 200, data: { refundInput: { id: `rf_${orderId}_1`, amount: 6, run: 1 } } });
   });
 
+  it('takes the key from the arguments with the key option, no header needed', async () => {
+    const paymentId = randomUUID();
+    const query = `mutation { capture(paymentId: "${paymentId}") }`;
+    const first = await gql(url, query);
+    expect(first.data).toEqual({ capture: 1 });
+    expect(await gql(url, query, { key: 'a header is ignored' })).toEqual(first);
+    expect(effects.count(`capture:${paymentId}`)).toBe(1);
+  });
+
   it('releases the key when the resolver throws, so a retry runs it again', async () => {
     const orderId = randomUUID();
     const key = randomUUID();
