@@ -14,6 +14,7 @@ import { MessagesController } from './messages/messages.controller.js';
 import { OrderEventsConsumer } from './messages/order-events.consumer.js';
 import { OrderEventsPublisher } from './messages/order-events.publisher.js';
 import { SampleGraphqlModule } from './graphql/graphql.module.js';
+import { RefundJobsModule } from './jobs/refund-jobs.module.js';
 import { EventCounter } from './ops/event-counter.js';
 import { StatsController } from './ops/stats.controller.js';
 import { OrdersController } from './orders/orders.controller.js';
@@ -63,6 +64,8 @@ export class SampleAppModule {
         OneTimeTokenModule.forRoot({ isGlobal: true, store: resources.tokenStore, ttl: 10 * 60_000 }),
         // GraphQL at /graphql: the idempotent issueGiftCard mutation.
         SampleGraphqlModule,
+        // Refund payouts on a BullMQ worker, when BULLMQ_URL is set (empty otherwise).
+        RefundJobsModule.fromEnv(),
       ],
       controllers: [
         RefundsController,
