@@ -19,6 +19,8 @@ const INTERVAL = 3;
 /** `@Query()` / `@Mutation()` / ... of @nestjs/graphql, on the method. */
 const GRAPHQL_RESOLVER_TYPE_METADATA = 'graphql:resolver_type';
 const GRAPHQL_RESOLVE_PROPERTY_METADATA = 'graphql:resolve_property';
+/** `@SubscribeMessage()` of @nestjs/websockets, on the method. */
+const WEBSOCKET_MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
 
 /**
  * What an `@Idempotent()` method that runs without a request is:
@@ -42,6 +44,8 @@ export interface MethodTarget {
   readonly cron?: { readonly cronTime: unknown; readonly timeZone?: string; readonly utcOffset?: string | number };
   /** `interval`: its period, ms. */
   readonly every?: number;
+  /** A WebSocket gateway handler (`@SubscribeMessage()`): no adapter serves it, so `@Idempotent()` is refused there. */
+  readonly gateway?: boolean;
 }
 
 /**
@@ -54,7 +58,8 @@ export function isRequestHandler(method: Function): boolean {
     Reflect.getMetadata(PATH_METADATA, method) !== undefined ||
     isMessageHandler(method) ||
     Reflect.getMetadata(GRAPHQL_RESOLVER_TYPE_METADATA, method) !== undefined ||
-    Reflect.getMetadata(GRAPHQL_RESOLVE_PROPERTY_METADATA, method) === true
+    Reflect.getMetadata(GRAPHQL_RESOLVE_PROPERTY_METADATA, method) === true ||
+    Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true
   );
 }
 
@@ -86,7 +91,8 @@ export function methodTargetOf(method: Function, owner: Function, propertyName: 
   }
   const listeners = Reflect.getMetadata(EVENT_LISTENER_METADATA, method) as Array<{ event?: unknown }> | undefined;
   const events = listeners?.map((listener) => eventName(listener.event));
-  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events };
+  const gateway = Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true || undefined;
+  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, gateway };
 }
 
 function eventName(event: unknown): string {
