@@ -58,6 +58,67 @@ export class LuaScript {
   }
 }
 
+/** One call of a `RedisScriptRunner` still waiting for its reply, until its deadline. */
+interface PendingCall {
+  readonly deadline: number;
+  /** The script's name (or `ping`), for the timeout's message. */
+  readonly operation: string;
+  /** Set when the call was rejected for its deadline: no fallback may be sent after that. */
+  timedOut: boolean;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * The deadlines of a runner's calls, on one timer: every call of a runner has the same
+ * timeout, so calls expire in the order they were made, and a Set (which iterates in
+ * insertion order) holds them oldest first. A timer per call cost every command a timer
+ * created and cleared; here a call costs an entry in the Set, and the one timer is
+ * armed for the oldest call only.
+ */
+class Deadlines {
+  private readonly pending = new Set<PendingCall>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly timeout: number,
+    private readonly owner: string,
+  ) {}
+
+  add(call: PendingCall): void {
+    this.pending.add(call);
+    if (!this.timer) this.arm(this.timeout);
+  }
+
+  delete(call: PendingCall): void {
+    // While other calls wait, the timer stays armed (when it fires with nothing due, it
+    // re-arms for the oldest call); the last one out stops it, so no timer outlives the work.
+    if (this.pending.delete(call) && this.pending.size === 0 && this.timer) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  private arm(delay: number): void {
+    this.timer = setTimeout(this.expire, delay);
+    this.timer.unref();
+  }
+
+  private readonly expire = (): void => {
+    this.timer = undefined;
+    // A monotonic clock, as timers use: a wall clock set back would hold calls past their deadline.
+    const now = performance.now();
+    for (const call of this.pending) {
+      if (call.deadline > now) {
+        this.arm(call.deadline - now);
+        return;
+      }
+      this.pending.delete(call);
+      call.timedOut = true;
+      call.reject(new RedisOperationTimeoutError(`${this.owner}.${call.operation}`, this.timeout));
+    }
+  };
+}
+
 /**
  * Runs the scripts of one Redis-backed object: exactly one round trip per call in the
  * steady state. The first call of each script sends EVAL (which also caches the script
@@ -67,6 +128,7 @@ export class LuaScript {
 export class RedisScriptRunner {
   private readonly sent = new Set<LuaScript>();
   readonly timeout: number;
+  private readonly deadlines: Deadlines | undefined;
 
   constructor(
     readonly client: RedisClientLike,
@@ -81,63 +143,82 @@ export class RedisScriptRunner {
     }
     checkWholeNumber(owner, 'timeout', options.timeout, { unit: 'ms', min: 0, example: '2_000' });
     this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
+    this.deadlines = this.timeout === 0 ? undefined : new Deadlines(this.timeout, owner);
   }
 
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
   run(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
-    const call = { timedOut: false };
-    return this.bounded(this.send(script, key, args, call), `${this.owner}.${script.name}`, call);
+    const deadlines = this.deadlines;
+    if (!deadlines) return this.send(script, key, args, undefined);
+    return new Promise((resolve, reject) => {
+      const call: PendingCall = { deadline: performance.now() + this.timeout, operation: script.name, timedOut: false, reject };
+      deadlines.add(call);
+      this.send(script, key, args, call).then(
+        (value) => {
+          deadlines.delete(call);
+          resolve(value);
+        },
+        (error: unknown) => {
+          deadlines.delete(call);
+          reject(error);
+        },
+      );
+    });
   }
 
   ping(): Promise<void> {
-    return this.bounded(
-      this.client.ping().then(() => undefined),
-      `${this.owner}.ping`,
-    );
+    let pong: Promise<void>;
+    try {
+      pong = this.client.ping().then(() => undefined);
+    } catch (error) {
+      pong = Promise.reject(error);
+    }
+    const deadlines = this.deadlines;
+    if (!deadlines) return pong;
+    return new Promise((resolve, reject) => {
+      const call: PendingCall = { deadline: performance.now() + this.timeout, operation: 'ping', timedOut: false, reject };
+      deadlines.add(call);
+      pong.then(
+        () => {
+          deadlines.delete(call);
+          resolve();
+        },
+        (error: unknown) => {
+          deadlines.delete(call);
+          reject(error);
+        },
+      );
+    });
   }
 
-  private async send(script: LuaScript, key: string, args: readonly RedisArgument[], call: { timedOut: boolean }): Promise<unknown> {
+  private send(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
+    try {
+      return this.sendScript(script, key, args, call);
+    } catch (error) {
+      // A client that throws instead of rejecting (a closed one, a test double) still fails the call.
+      return Promise.reject(error);
+    }
+  }
+
+  private sendScript(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
     if (!this.sent.has(script)) {
       // Marked before the reply: commands on one connection run in order, so calls
       // issued meanwhile find the script cached (or fall back on NOSCRIPT elsewhere).
       this.sent.add(script);
-      try {
-        return await this.client.eval(script.source, 1, key, ...args);
-      } catch (error) {
+      return this.client.eval(script.source, 1, key, ...args).catch((error: unknown) => {
         this.sent.delete(script);
         throw error;
-      }
+      });
     }
-    try {
-      return await this.client.evalsha(script.sha, 1, key, ...args);
-    } catch (error) {
+    // No async function here: this runs on every request, and the steady state is one
+    // EVALSHA whose promise is returned as it is.
+    return this.client.evalsha(script.sha, 1, key, ...args).catch((error: unknown) => {
       if (!isNoScript(error)) throw error;
       // Once the caller was told this call failed, it may have sent a command that undoes
       // it (a release after a failed claim); sent now, the fallback would run after that
       // undo and take effect for nobody.
-      if (call.timedOut) throw error;
+      if (call?.timedOut) throw error;
       return this.client.eval(script.source, 1, key, ...args);
-    }
-  }
-
-  private bounded<T>(promise: Promise<T>, operation: string, call?: { timedOut: boolean }): Promise<T> {
-    if (this.timeout === 0) return promise;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (call) call.timedOut = true;
-        reject(new RedisOperationTimeoutError(operation, this.timeout));
-      }, this.timeout);
-      timer.unref();
-      promise.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
     });
   }
 }
