@@ -105,6 +105,8 @@ export class IdempotencyEngine {
    */
   private readonly orphanClaims = new Map<string, Map<string, number>>();
   private orphanClaimCount = 0;
+  /** The running leases to renew, one schedule per renewal interval (see `RenewalSchedule`). */
+  private readonly renewals = new Map<number, RenewalSchedule>();
 
   /**
    * Claims the key, or explains why the handler must not run. Throws
@@ -266,6 +268,13 @@ export class IdempotencyEngine {
     return { value, replayed: false };
   }
 
+  /** @internal The schedule that renews leases every `interval` ms. */
+  renewalsEvery(interval: number): RenewalSchedule {
+    let schedule = this.renewals.get(interval);
+    if (!schedule) this.renewals.set(interval, (schedule = new RenewalSchedule(interval)));
+    return schedule;
+  }
+
   /** @internal */
   markRunning(key: string): void {
     this.running.set(key, undefined);
@@ -314,7 +323,9 @@ export function replayValue(outcome: StoredOutcome): unknown {
  * the lease, and ends in exactly one of `complete`, `fail` or `abandon`.
  */
 export class Lease {
-  private renewTimer: NodeJS.Timeout | undefined;
+  /** @internal When the next renewal is due (`performance.now()` ms), while the lease is on its schedule. */
+  renewDueAt = 0;
+  private readonly renewals: RenewalSchedule;
   private settled = false;
   private lost = false;
   /** Until when the lease is ours as far as this process knows (claim or last successful renew + leaseTtl), epoch ms. */
@@ -329,8 +340,15 @@ export class Lease {
   ) {
     this.leaseValidUntil = Date.now() + policy.leaseTtl;
     engine.markRunning(key);
-    this.renewTimer = setInterval(() => void this.renew(), Math.max(1, Math.floor(policy.leaseTtl / 3)));
-    this.renewTimer.unref();
+    // One timer per renewal interval for all the leases of the engine, not one per lease:
+    // a lease costs every first execution an entry in a Set instead of a timer.
+    this.renewals = engine.renewalsEvery(Math.max(1, Math.floor(policy.leaseTtl / 3)));
+    this.renewals.add(this);
+  }
+
+  /** @internal Called by the schedule when a renewal is due. */
+  renewNow(): void {
+    void this.renew();
   }
 
   /** True once another worker took the key over; this execution's result will not be stored. */
@@ -401,8 +419,7 @@ export class Lease {
   private finish(): boolean {
     if (this.settled) return false;
     this.settled = true;
-    clearInterval(this.renewTimer);
-    this.renewTimer = undefined;
+    this.renewals.delete(this);
     return true;
   }
 
@@ -467,7 +484,7 @@ export class Lease {
       const owned = await this.policy.store.renew(this.key, this.token, this.policy.leaseTtl);
       if (owned) this.leaseValidUntil = renewStartedAt + this.policy.leaseTtl;
       if (!owned && !this.settled) {
-        clearInterval(this.renewTimer);
+        this.renewals.delete(this);
         this.reportLost();
       }
     } catch (error) {
@@ -483,6 +500,63 @@ export class Lease {
     this.lost = true;
     emit(this.policy, 'lease_lost', this.key, this.startedAt, { storeLatencyMs });
   }
+}
+
+/**
+ * The running leases that renew every `interval` ms, on one timer. A lease joins when it
+ * is claimed and leaves when it settles; as they share one interval, leases fall due in
+ * the order they joined, and a Set (which iterates in insertion order) holds them next
+ * due first. The timer is armed for the first lease only, as `setInterval` per lease
+ * would renew them: every `interval` ms from the claim.
+ */
+class RenewalSchedule {
+  private readonly leases = new Set<Lease>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly interval: number) {}
+
+  add(lease: Lease): void {
+    lease.renewDueAt = performance.now() + this.interval;
+    this.leases.add(lease);
+    if (!this.timer) this.arm(this.interval);
+  }
+
+  delete(lease: Lease): void {
+    // While other leases run, the timer stays armed (when it fires with nothing due, it
+    // re-arms for the next lease); the last one out stops it, so no timer outlives the work.
+    if (this.leases.delete(lease) && this.leases.size === 0) this.stop();
+  }
+
+  private stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private arm(delay: number): void {
+    this.timer = setTimeout(this.fire, delay);
+    this.timer.unref();
+  }
+
+  private readonly fire = (): void => {
+    this.timer = undefined;
+    // Monotonic, like the timers: a wall clock set back would hold renewals past the lease.
+    const now = performance.now();
+    const due: Lease[] = [];
+    for (const lease of this.leases) {
+      if (lease.renewDueAt > now) break;
+      due.push(lease);
+    }
+    // Due again one interval later, behind the leases not yet due (the order stays the due order).
+    for (const lease of due) {
+      this.leases.delete(lease);
+      lease.renewDueAt += this.interval;
+      if (lease.renewDueAt <= now) lease.renewDueAt = now + this.interval;
+      this.leases.add(lease);
+    }
+    const next = this.leases.values().next();
+    if (!next.done) this.arm(next.value.renewDueAt - now);
+    for (const lease of due) lease.renewNow();
+  };
 }
 
 /** One settling compare-and-set write of a lease, which can be sent again. */
