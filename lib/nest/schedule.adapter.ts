@@ -10,7 +10,7 @@ export interface SchedulerRegistryLike {
 
 /** The members of cron's CronTime read here. */
 interface CronTimeLike {
-  getNextDateFrom(start: Date): { toMillis(): number };
+  getNextDateFrom(start: Date, zone: string): { toMillis(): number };
 }
 type CronTimeClass = new (source: unknown, timeZone?: string, utcOffset?: string | number) => CronTimeLike;
 
@@ -65,12 +65,13 @@ export class ScheduleAdapter extends MethodAdapter {
     if (source instanceof Date) return source.getTime();
     if (typeof (source as { toMillis?: unknown })?.toMillis === 'function') return (source as { toMillis(): number }).toMillis();
     const cronTime = this.cronTimeOf(config);
+    const zone = zoneOf(config.target.cron);
     const limit = now + EARLY_TOLERANCE_MS;
     for (const lookback of LOOKBACKS_MS) {
-      let date = cronTime.getNextDateFrom(new Date(limit - lookback)).toMillis();
+      let date = cronTime.getNextDateFrom(new Date(limit - lookback), zone).toMillis();
       if (date > limit) continue;
       for (;;) {
-        const next = cronTime.getNextDateFrom(new Date(date)).toMillis();
+        const next = cronTime.getNextDateFrom(new Date(date), zone).toMillis();
         if (next > limit) return date;
         date = next;
       }
@@ -94,4 +95,17 @@ export class ScheduleAdapter extends MethodAdapter {
     this.cronTimes.set(config, cronTime);
     return cronTime;
   }
+}
+
+/**
+ * The zone cron reads the expression in, as its CronJob does: the job's `timeZone`, else
+ * its `utcOffset` (minutes) as a fixed `UTC+hh:mm` zone, else UTC.
+ */
+function zoneOf(cron: { timeZone?: string; utcOffset?: string | number } | undefined): string {
+  if (cron?.timeZone) return cron.timeZone;
+  const offset = cron?.utcOffset === undefined || cron.utcOffset === null ? undefined : Number(cron.utcOffset);
+  if (offset === undefined || !Number.isFinite(offset)) return 'UTC';
+  const hours = Math.trunc(offset / 60);
+  const minutes = Math.abs(offset - hours * 60);
+  return `UTC${offset < 0 ? '-' : '+'}${String(Math.abs(hours)).padStart(2, '0')}:${String(minutes).padStart(2, '0')}`;
 }
