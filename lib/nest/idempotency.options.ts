@@ -41,7 +41,9 @@ export interface IdempotentOptions {
   /**
    * Derives the key from the request or message instead of the header: for keys that
    * live in the body (a webhook's event id) or in message metadata. Return
-   * `undefined` when there is none.
+   * `undefined` when there is none. On a method called without a request (a provider
+   * method, an event listener, a BullMQ processor, a schedule) `key` receives the
+   * method's own arguments instead: see `IdempotentMethodOptions`.
    * @default the `header` on HTTP; the transport's message id on microservices
    */
   key?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
