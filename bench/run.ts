@@ -105,6 +105,9 @@ export interface CaseSummary {
   backendCallsPerRequest?: number;
   /** Redis only: EVAL + EVALSHA calls per request from INFO commandstats deltas (the server is shared: an upper bound). */
   serverCommandsPerRequest?: number;
+  /** Each round's req/s ratio and added p99 (ms), for the spread behind the medians (absent in older runs). */
+  rpsRatioRounds?: number[];
+  addedP99MsRounds?: number[];
   /** Non-2xx answers over all rounds (the conflict case expects 409s). */
   non2xx: number;
   errors: number;
@@ -549,6 +552,8 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           non2xx: entries.reduce((x, e) => x + e.sample.non2xx, 0),
           errors: entries.reduce((x, e) => x + e.sample.errors, 0),
           rounds: entries.map((e) => roundSample(e.sample)),
+          rpsRatioRounds: entries.map((e) => round(e.sample.rps / bareOf(e, (r) => r.rps), 3)),
+          addedP99MsRounds: entries.map((e) => round(e.sample.p99 - bareOf(e, (r) => r.p99))),
         };
       }
       result.cases[c] = byVariant;
