@@ -1,9 +1,11 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import type { INestApplicationContext } from '@nestjs/common';
+import { Processor, WorkerHost } from '@nestjs/bullmq';
+import { Module, type INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
 import { Queue, type Job } from 'bullmq';
 import type Redis from 'ioredis';
-import { IdempotencyService } from '../../lib/index.js';
+import { Idempotent, IdempotencyModule, IdempotencyService } from '../../lib/index.js';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { effectKey, gateKey, startWorkerApp, type RefundJob, type RefundResult, type WorkerAppOptions } from './bullmq-app.js';
 import { REDIS_HOST, REDIS_PORT, deleteKeys, redisClient, runPrefix, until } from './support.js';
@@ -93,6 +95,22 @@ describe('@Idempotent() on a BullMQ processor (real workers, real Redis)', () =>
     expect(jobs).toHaveLength(40);
     for (const job of jobs) expect(job.returnvalue).toEqual({ refunded: orderId, n: 1 });
     expect(await effects(orderId)).toBe(1);
+  });
+
+  it('stops the boot for options a job has no use for, naming the processor', async () => {
+    // Without BullModule (no worker to leave running when the boot fails): the processor is recognised by its metadata.
+    @Processor('refunds-never-consumed')
+    class HeaderProcessor extends WorkerHost {
+      @Idempotent({ header: 'X-Key' } as never)
+      async process(job: Job<RefundJob>) {
+        return job.id;
+      }
+    }
+    @Module({ imports: [IdempotencyModule.forRoot({ logger: false })], providers: [HeaderProcessor] })
+    class BootModule {}
+    await expect(NestFactory.createApplicationContext(BootModule, { logger: false })).rejects.toThrow(
+      /HeaderProcessor\.process: header does not apply to .*\(a BullMQ processor\)/,
+    );
   });
 
   it('keys by job id by default: a job added again after it completed gets the stored result, and the scope is the queue', async () => {
