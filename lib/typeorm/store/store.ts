@@ -523,8 +523,8 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 }
 
-/** A stable GET_LOCK name per table (the same on every instance; at most 64 characters). */
-function purgeLockNameOf(table: string): string {
+/** @internal A stable GET_LOCK name per table (the same on every instance; at most 64 characters). */
+export function purgeLockNameOf(table: string): string {
   return 'nestjs_idem_purge_' + createHash('sha256').update(table).digest('hex').slice(0, 40);
 }
 

@@ -6,7 +6,7 @@ import { storageKeyOf } from '../../../lib/core/hash.js';
 import { TypeOrmIdempotencyStore, executeIdempotentTransaction } from '../../../lib/typeorm/index.js';
 import { Account, RefundRecord, refundEntities } from '../refund.entities.js';
 import { waitUntil } from '../support.js';
-import { createMariaDataSource, someoneWaitsForALock } from './support.js';
+import { createMariaDataSource, waitForLockWait } from './support.js';
 
 const repoRoot = path.resolve(__dirname, '../../..');
 
@@ -103,9 +103,7 @@ describe('a worker killed (SIGKILL) inside runIdempotentTransaction before commi
     const messageId = randomUUID();
     const child = await startChild(messageId, accountId);
     const duplicate = executeIdempotentTransaction(dataSource, { key: messageId, scope: 'refunds' }, refund(messageId, accountId));
-    await waitUntil(() => someoneWaitsForALock(dataSource, `INSERT INTO ${store.tableName}%`), {
-      what: 'the duplicate to wait behind the child',
-    });
+    await waitForLockWait(dataSource, `INSERT INTO ${store.tableName}%`, 'the duplicate to wait behind the child');
     await child.kill();
     expect(await duplicate).toEqual({ value: { refunded: 40, by: process.pid }, replayed: false });
     expect(await balanceOf(accountId)).toBe(60);

@@ -11,6 +11,7 @@ import {
 } from '../../../lib/typeorm/index.js';
 import { assumeClaimReturning, claimReturningOf, supportsInsertReturning } from '../../../lib/typeorm/store/mysql-sql.js';
 import { sqlExecutorOf } from '../../../lib/typeorm/store/sql-executor.js';
+import { purgeLockNameOf } from '../../../lib/typeorm/store/store.js';
 import { uniqueName, waitUntil } from '../support.js';
 import { createMariaDataSource, mariaNowMs } from './support.js';
 
@@ -183,7 +184,7 @@ describe('TypeOrmIdempotencyStore on MariaDB', () => {
     expect(await store.purgeExpired()).toEqual({ ran: true, deleted: 0 });
   });
 
-  it('lets only one of two concurrent purges (two app instances) run, through GET_LOCK', async () => {
+  it('lets only one of two instances purge at a time, through GET_LOCK on a name per table', async () => {
     const tableName = uniqueName('records');
     const other = await createMariaDataSource({ database: db.database, synchronize: false, poolSize: 3 });
     const storeA = new TypeOrmIdempotencyStore(dataSource, { tableName });
@@ -192,29 +193,22 @@ describe('TypeOrmIdempotencyStore on MariaDB', () => {
     for (let i = 0; i < 20; i++) await storeA.claim(key(), { token: 't', leaseTtl: 1 });
     const now = await mariaNowMs(dataSource);
     await waitUntil(async () => (await mariaNowMs(dataSource)) > now + 1, { what: 'the 20 leases to expire' });
-    // Hold a row lock the first purge's DELETE waits for, so it stays inside its GET_LOCK.
-    const blocker = dataSource.createQueryRunner();
-    await blocker.connect();
-    await blocker.startTransaction();
-    await blocker.query(`SELECT \`key\` FROM ${storeA.tableName} FOR UPDATE`);
+    // Another instance in the middle of its purge holds the table's lock.
+    const busy = dataSource.createQueryRunner();
+    await busy.connect();
     try {
-      const first = storeA.purgeExpired();
-      await waitUntil(async () => {
-        const rows = await dataSource.query(
-          `SELECT 1 FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE 'DELETE FROM%' AND INSTR(trx_query, ?) > 0`,
-          [tableName],
-        );
-        return rows.length > 0;
-      });
+      const [{ got }] = await busy.query('SELECT GET_LOCK(?, 0) AS got', [purgeLockNameOf(storeA.tableName)]);
+      expect(Number(got)).toBe(1);
       expect(await storeB.purgeExpired()).toEqual({ ran: false, deleted: 0 });
-      await blocker.commitTransaction();
-      expect(await first).toEqual({ ran: true, deleted: 20 });
+      expect(await storeA.purgeExpired()).toEqual({ ran: false, deleted: 0 });
+      await busy.query('SELECT RELEASE_LOCK(?)', [purgeLockNameOf(storeA.tableName)]);
+      expect(await storeB.purgeExpired()).toEqual({ ran: true, deleted: 20 });
+      // Released after the run: the other instance purges next time.
+      expect(await storeA.purgeExpired()).toEqual({ ran: true, deleted: 0 });
     } finally {
-      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
-      await blocker.release();
+      await busy.release();
+      await other.destroy(false);
     }
-    expect((await storeB.purgeExpired()).ran).toBe(true);
-    await other.destroy(false);
   });
 
   it('creates the same table from the migration as from the entity (synchronize changes nothing but the result column type)', async () => {

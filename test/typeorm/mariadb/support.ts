@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { DataSource, type DataSourceOptions, type EntitySchema, type MixedList } from 'typeorm';
 import { mariadbConnection } from '../../support/mariadb.js';
-import { uniqueName } from '../support.js';
+import { uniqueName, waitUntil } from '../support.js';
 
 export { mariadbConnection };
 
@@ -59,13 +59,21 @@ export async function mariaNowMs(dataSource: DataSource): Promise<number> {
   return Number(now);
 }
 
-/** Whether some session waits for a row lock right now (InnoDB), optionally on a statement like `like`. */
-export async function someoneWaitsForALock(dataSource: DataSource, like = '%'): Promise<boolean> {
-  const rows = await dataSource.query(
-    `SELECT 1 FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ? LIMIT 1`,
-    [like],
+/**
+ * Resolves once some session waits for a row lock (InnoDB) on a statement like `like`.
+ * Polls every 150 ms: InnoDB refreshes what information_schema.INNODB_TRX shows only when
+ * it was not read for 100 ms, so a faster poll would keep reading a stale copy forever.
+ */
+export async function waitForLockWait(dataSource: DataSource, like: string, what: string): Promise<void> {
+  await waitUntil(
+    async () =>
+      (
+        await dataSource.query(`SELECT 1 FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ? LIMIT 1`, [
+          like,
+        ])
+      ).length > 0,
+    { what, pollMs: 150 },
   );
-  return rows.length > 0;
 }
 
 /** Kills a session (KILL CONNECTION) and waits until the server has let it go. */

@@ -17,7 +17,7 @@ import { assumeClaimReturning } from '../../../lib/typeorm/store/mysql-sql.js';
 import { MAX_LOCK_RETRIES } from '../../../lib/typeorm/store/transaction.js';
 import { Account, RefundRecord, refundEntities } from '../refund.entities.js';
 import { gate, sleep, waitUntil } from '../support.js';
-import { createMariaDataSource, killConnection, someoneWaitsForALock } from './support.js';
+import { createMariaDataSource, killConnection, waitForLockWait } from './support.js';
 
 describe.each([
   { server: 'MariaDB (claim with RETURNING)', returning: true },
@@ -146,7 +146,7 @@ describe.each([
         return { value: runs, result: String(runs) };
       });
       await inside.promise;
-      await waitUntil(() => someoneWaitsForALock(dataSource, 'UPDATE%'), { what: 'the work to wait for B' });
+      await waitForLockWait(dataSource, 'UPDATE%', 'the work to wait for B');
       await holder.query('UPDATE accounts SET notes = ? WHERE id = ?', ['holder', a]); // the cycle: InnoDB picks the work
       await holder.commitTransaction();
       expect(await run).toEqual({ kind: 'executed', value: 2 });
