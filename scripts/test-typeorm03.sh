@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the TypeORM suites on TypeORM 0.3 (the main node_modules has 1.x). TypeORM 0.3
 # goes to .typeorm03/ and jest.typeorm03.config.js maps every `typeorm` import there;
-# drivers (pg, sql.js) still come from the main node_modules.
+# drivers (pg, sql.js, mysql2) still come from the main node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The version comes from .ci/legs/typeorm03/package-lock.json (see README, Development).
