@@ -36,6 +36,7 @@ export interface AppConfig {
   autoPipelining: boolean;
   redisUrl?: string;
   postgresUrl?: string;
+  mariadbUrl?: string;
 }
 
 export type ParentMessage = { id: number; type: 'counts' } | { id: number; type: 'close' };
@@ -124,6 +125,7 @@ async function start(config: AppConfig): Promise<{ app: INestApplication; stores
     autoPipelining: config.autoPipelining,
     redisUrl: config.redisUrl,
     postgresUrl: config.postgresUrl,
+    mariadbUrl: config.mariadbUrl,
   });
   @Module({ imports: [IdempotencyModule.forRoot({ isGlobal: true })], controllers: buildControllers(stores, config.slowMs) })
   class BenchModule {}

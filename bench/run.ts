@@ -55,6 +55,8 @@ export interface BenchOptions {
   redisUrl: string;
   /** @default $DATABASE_URL or 'postgres://postgres@127.0.0.1:5432/test' */
   postgresUrl: string;
+  /** @default $MYSQL_URL or 'mysql://root@127.0.0.1:3306/test' (MariaDB or MySQL) */
+  mariadbUrl: string;
   /** Where the JSON goes. @default bench/results/latest.json */
   out: string;
   /** Unique keys pushed through the memory store for the RSS figure. @default 100000 */
@@ -172,6 +174,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     autoPipelining: true,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    mariadbUrl: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
     // Figures of another lib (BENCH_LIB) must not pass for this tree's: they go to a
     // git-ignored file, and the docs keep this tree's table.
     out: process.env.BENCH_LIB ? BENCH_LIB_OUT : DEFAULT_OUT,
@@ -215,6 +218,9 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--postgres-url':
         options.postgresUrl = value();
         break;
+      case '--mariadb-url':
+        options.mariadbUrl = value();
+        break;
       case '--no-auto-pipelining':
         options.autoPipelining = false;
         break;
@@ -236,12 +242,12 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--help':
         process.stdout.write(
           'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,typeorm] [--cases first,replay,conflict,latency,functions,memory] [--no-auto-pipelining] [--out file]\n' +
+            '  [--stores memory,redis,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--no-auto-pipelining] [--out file]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
             'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
             '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
-            '  [--redis-url url] [--postgres-url url]   servers of the Redis and TypeORM stores\n',
+            '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis and TypeORM stores\n',
         );
         return process.exit(0);
       default:
@@ -428,6 +434,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       autoPipelining: options.autoPipelining,
       redisUrl: options.redisUrl,
       postgresUrl: options.postgresUrl,
+      mariadbUrl: options.mariadbUrl,
     },
     options.cpuProfileDir,
   );
@@ -656,7 +663,12 @@ function fmt(value: number | undefined, digits = 2): string {
   return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits);
 }
 
-const STORE_LABEL: Record<StoreName, string> = { memory: 'memory', redis: 'Redis', typeorm: 'TypeORM/PostgreSQL' };
+const STORE_LABEL: Record<StoreName, string> = {
+  memory: 'memory',
+  redis: 'Redis',
+  typeorm: 'TypeORM/PostgreSQL',
+  mariadb: 'TypeORM/MariaDB',
+};
 const VARIANT_LABEL: Record<Variant, string> = { ...STORE_LABEL, interceptor: 'no-op interceptor (no store)' };
 const CASE_LABEL: Record<HttpCase, string> = {
   first: 'first execution',
@@ -777,7 +789,7 @@ export async function runBench(
     }
   }
   if (options.cases.includes('functions')) {
-    const stores = options.stores.filter((s) => s !== 'typeorm');
+    const stores = options.stores.filter((s) => s !== 'typeorm' && s !== 'mariadb');
     log(`makeIdempotent without HTTP: ${stores.join(', ')}`);
     result.functions = await runChild<FunctionsResult>('functions.ts', {
       stores,

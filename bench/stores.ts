@@ -5,8 +5,9 @@ import type { Logger as TypeOrmLogger } from 'typeorm';
 import { CountingStore } from './counting-store.js';
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
 
-export type StoreName = 'memory' | 'redis' | 'typeorm';
-export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'typeorm'];
+/** `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL). */
+export type StoreName = 'memory' | 'redis' | 'typeorm' | 'mariadb';
+export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'typeorm', 'mariadb'];
 
 export interface BenchStoreOptions {
   /** @default 'redis://127.0.0.1:6379' */
@@ -15,6 +16,8 @@ export interface BenchStoreOptions {
   autoPipelining?: boolean;
   /** @default 'postgres://postgres@127.0.0.1:5432/test' */
   postgresUrl?: string;
+  /** @default 'mysql://root@127.0.0.1:3306/test' */
+  mariadbUrl?: string;
   /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
   runId: string;
   /**
@@ -40,7 +43,7 @@ export interface BenchStore {
  * where only the flags are parsed.
  */
 export function storeModuleReady(name: StoreName): boolean {
-  return name === 'memory' || existsSync(join(LIB_DIR, name, 'index.ts'));
+  return name === 'memory' || existsSync(join(LIB_DIR, name === 'mariadb' ? 'typeorm' : name, 'index.ts'));
 }
 
 /** Opens the stores that can be opened; a store whose server is down is left out with a message on stderr. */
@@ -72,7 +75,9 @@ export async function openStore(name: StoreName, options: BenchStoreOptions): Pr
     case 'redis':
       return openRedis(options);
     case 'typeorm':
-      return openTypeOrm(options);
+      return openTypeOrm(options, 'typeorm');
+    case 'mariadb':
+      return openTypeOrm(options, 'mariadb');
   }
 }
 
@@ -128,7 +133,7 @@ async function deleteByPrefix(client: import('ioredis').Redis, prefix: string): 
   } while (cursor !== '0');
 }
 
-async function openTypeOrm(options: BenchStoreOptions): Promise<BenchStore> {
+async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariadb'): Promise<BenchStore> {
   const typeorm = require('typeorm') as typeof import('typeorm');
   const lib = loadLibModule<Record<string, any>>('typeorm/index.ts');
   let queries = 0;
@@ -143,24 +148,32 @@ async function openTypeOrm(options: BenchStoreOptions): Promise<BenchStore> {
     log(): void {}
   }
   const table = `bench_idempotency_${options.runId.replace(/[^a-z0-9_]/gi, '_')}`;
-  const dataSource = new typeorm.DataSource({
-    type: 'postgres',
-    url: options.postgresUrl ?? 'postgres://postgres@127.0.0.1:5432/test',
-    logger: new CountingLogger(),
-    // One pool for 50 concurrent requests, as an application would size it.
-    extra: { max: 20 },
-  });
+  // One pool of 20 for 50 concurrent requests, as an application would size it.
+  const dataSource =
+    name === 'mariadb'
+      ? new typeorm.DataSource({
+          type: 'mariadb',
+          url: options.mariadbUrl ?? 'mysql://root@127.0.0.1:3306/test',
+          logger: new CountingLogger(),
+          poolSize: 20,
+        })
+      : new typeorm.DataSource({
+          type: 'postgres',
+          url: options.postgresUrl ?? 'postgres://postgres@127.0.0.1:5432/test',
+          logger: new CountingLogger(),
+          extra: { max: 20 },
+        });
   await dataSource.initialize();
   await createTable(lib, dataSource, table);
   const inner = new lib.TypeOrmIdempotencyStore(dataSource, { tableName: table }) as IdempotencyStore;
   const store = new CountingStore(inner);
   const before = queries;
   return {
-    name: 'typeorm',
+    name,
     store,
     backendCalls: () => queries - before,
     close: async () => {
-      await dataSource.query(`DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
+      await dataSource.query(name === 'mariadb' ? `DROP TABLE IF EXISTS \`${table}\`` : `DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
       await dataSource.destroy();
     },
   };
