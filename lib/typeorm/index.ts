@@ -1,7 +1,7 @@
 /**
- * `nestjs-idempotency/typeorm`: the PostgreSQL / SQLite record store, exactly-once
- * transactions, entity base classes, optimistic locking and state machines.
- * Needs the optional peer dependency `typeorm` (and `pg` or a SQLite driver).
+ * `nestjs-idempotency/typeorm`: the PostgreSQL / MySQL / MariaDB / SQLite record store,
+ * exactly-once transactions, entity base classes, optimistic locking and state machines.
+ * Needs the optional peer dependency `typeorm` (and `pg`, `mysql2` or a SQLite driver).
  */
 
 // The record store and its transaction path (store/).

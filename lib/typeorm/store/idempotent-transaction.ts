@@ -51,7 +51,7 @@ export interface IdempotentTransactionResult<T> {
 }
 
 /**
- * Exactly-once work on PostgreSQL (or SQLite): runs `work` in ONE transaction that first
+ * Exactly-once work on PostgreSQL, MySQL / MariaDB (or SQLite): runs `work` in ONE transaction that first
  * inserts the idempotency record, so the business writes made through `manager` and the
  * stored result commit together. A concurrent duplicate waits for that commit and gets
  * the stored result; an error or a crash before commit leaves no trace, so a retry runs
