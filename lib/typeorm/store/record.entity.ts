@@ -50,6 +50,11 @@ function mapRecordEntity(target: IdempotencyRecordEntityClass, tableName: string
  * your DataSource's `entities` when you let TypeORM synchronize or generate migrations,
  * or run `CreateIdempotencyRecords1700000000000` instead. The store itself speaks plain
  * SQL and does not need the entity to be registered.
+ *
+ * On MySQL and MariaDB prefer the migration (or `ensureTable()`): it makes `result`
+ * MEDIUMTEXT and `key` binary-collated, where the entity's `text` column holds 64 KB there
+ * and the server's default collation may ignore case. A schema sync or a generated
+ * migration from the entity would turn `result` back into TEXT.
  */
 export class IdempotencyRecordEntity implements IdempotencyRecordRow {
   key: string;
