@@ -2,7 +2,7 @@
 // `npm run demo`: starts the sample app on its embedded defaults (memory idempotency
 // store, SQLite through sql.js: no service needed) and fires a storm of duplicates at it:
 // retried webhooks, concurrent duplicates, reused keys with another payload, racing
-// stock edits, redelivered messages, double-clicked checkouts, a job started by several
+// stock edits, redelivered messages, double-clicked checkouts, retried GraphQL mutations, a job started by several
 // schedulers at once, and a process killed with SIGKILL in the middle of a refund. Then
 // it counts every side effect in the database and exits 1 if any happened twice (or
 // went missing). Last, for contrast only, the same kind of storm hits a hand-rolled
@@ -365,6 +365,54 @@ async function lockedSettlement() {
   });
 }
 
+/** A GraphQL operation through `call` (HTTP 200 either way), its refusals mapped to their HTTP statuses for the tally. */
+async function graphql(query, key) {
+  const result = await call('POST', '/graphql', { key, body: { query } });
+  const code = result.body?.errors?.[0]?.extensions?.code;
+  if (code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT') return { ...result, status: 409 };
+  if (code === 'IDEMPOTENCY_FINGERPRINT_MISMATCH') return { ...result, status: 422 };
+  if (result.body?.errors) unexpected.push(`POST /graphql -> ${JSON.stringify(result.body.errors[0])}`);
+  return result;
+}
+
+async function graphqlMutations() {
+  progress('GraphQL: retried gift-card mutations');
+  const issued = async () => (await graphql('{ giftCards { issued } }')).body.data.giftCards.issued;
+  const before = await issued();
+  const results = [];
+  const orders = Array.from({ length: 10 }, (_, i) => [`gql_${run}_${i}`, 500 + i]);
+  await Promise.all(
+    orders.map(async ([key, amount]) => {
+      const mutation = `mutation { card: issueGiftCard(orderId: "${key}", amount: ${amount}) { code } }`;
+      // 5 copies at the same instant, then 3 retries in a row (a client that timed out).
+      const copies = await Promise.all(Array.from({ length: 5 }, () => graphql(mutation, key)));
+      for (let attempt = 0; attempt < 3; attempt++) copies.push(await graphql(mutation, key));
+      // The first answer with data is the run; every later one with the same card is a replay.
+      const cards = copies.filter((r) => r.body?.data).map((r) => r.body.data.card.code);
+      copies.filter((r) => r.body?.data).forEach((r, i) => (r.replayed = i > 0 && cards[i] === cards[0]));
+      results.push(...copies);
+    }),
+  );
+  // One operation, two aliased mutations, one Idempotency-Key: two cards, and a retry issues none.
+  const pair = `gql_${run}_pair`;
+  const operation = `mutation { a: issueGiftCard(orderId: "${pair}", amount: 1) { code } b: issueGiftCard(orderId: "${pair}", amount: 1) { code } }`;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const answer = await graphql(operation, pair);
+    answer.replayed = attempt > 0;
+    results.push(answer);
+  }
+  const cards = (await issued()) - before;
+  record({
+    name: 'GraphQL mutations retried',
+    sent: `${orders.length} issueGiftCard mutations, 5 copies of each at once then 3 retries, and one operation with two aliased mutations sent 3 times under one key (${results.length} requests)`,
+    correct: `${orders.length + 2} gift cards; copies in flight get IDEMPOTENCY_REQUEST_IN_FLIGHT, later ones the first card as the field's value`,
+    counted: `${plural(cards, 'gift card')}; ${answersOf(tally(results))}`,
+    results,
+    effects: cards,
+    expected: orders.length + 2,
+  });
+}
+
 async function crashAndRetry() {
   progress('8/10 SIGKILL in the middle of a refund, restart, retry');
   const key = `evt_${run}_crash`;
@@ -474,6 +522,7 @@ async function main() {
   await optimisticLocking();
   await checkoutTokens();
   await lockedSettlement();
+  await graphqlMutations();
   await crashAndRetry();
   await withoutTheLibrary();
   const check = await verify();
