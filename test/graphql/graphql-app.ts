@@ -1,4 +1,4 @@
-import type { ApolloDriverConfig } from '@nestjs/apollo';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import {
   HttpException,
   Injectable,
@@ -12,7 +12,6 @@ import {
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { Args, Field, InputType, Int, Mutation, ObjectType, Query, Resolver, GraphQLModule } from '@nestjs/graphql';
 import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../lib/index.js';
-import { ApolloExpressDriver } from '../../sample-app/src/graphql/apollo-express.driver.js';
 import { Effects } from '../support/effects.js';
 
 export { Effects };
@@ -145,7 +144,7 @@ export async function createGraphqlApp(
         imports: [
           IdempotencyModule.forRoot({ logger: false, ...options }),
           GraphQLModule.forRoot<ApolloDriverConfig>({
-            driver: ApolloExpressDriver,
+            driver: ApolloDriver,
             autoSchemaFile: true,
             includeStacktraceInErrorResponses: false,
           }),
