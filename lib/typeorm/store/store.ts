@@ -178,6 +178,8 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     const sql = this.sql;
     try {
       await withRunner(this.dataSource, sql.dialect, (runner) => runner.query(sql.probe().sql));
+      // MySQL family: learn now which claim the server takes, rather than on the first request.
+      await serverRecordSql(this.dataSource, sql);
     } catch (error) {
       throw this.failure(error);
     }
