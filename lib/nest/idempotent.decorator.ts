@@ -53,11 +53,12 @@ export function Idempotent(options?: IdempotentOptions): MethodDecorator;
 /**
  * `@Idempotent()` on a method called without a request (a provider method, an event
  * listener, a BullMQ processor, a schedule): `key` and `fingerprint` take the method's
- * arguments, typed `Args` and checked against the decorated method.
+ * arguments, typed `Args` and checked against the decorated method's first parameters.
  */
 export function Idempotent<Args extends unknown[]>(
   options: IdempotentMethodOptions<Args>,
-): <M extends (...args: Args) => unknown>(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the method may take more parameters than the key reads
+): <M extends (...args: [...Args, ...any[]]) => unknown>(
   target: object,
   propertyKey: string | symbol,
   descriptor: TypedPropertyDescriptor<M>,

@@ -294,6 +294,12 @@ describe('@Idempotent() on provider methods: boot-time validation', () => {
         return refund.amount;
       }
 
+      // The key may read the first parameters only.
+      @Idempotent({ key: (id: string) => id })
+      async more(id: string, amount: number) {
+        return `${id}:${amount}`;
+      }
+
       // @ts-expect-error the key reads a RefundRequest, the method takes a string
       @Idempotent({ key: (refund: RefundRequest) => refund.id })
       async wrong(id: string) {
