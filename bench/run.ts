@@ -49,7 +49,7 @@ export interface BenchOptions {
   stores: StoreName[];
   /** @default every case */
   cases: CaseName[];
-  /** ioredis enableAutoPipelining. @default true */
+  /** ioredis enableAutoPipelining. @default false (ioredis's default) */
   autoPipelining: boolean;
   /** @default $REDIS_URL or 'redis://127.0.0.1:6379' */
   redisUrl: string;
@@ -171,7 +171,8 @@ export function parseArgs(argv: string[]): BenchOptions {
     latencyConnections: 1,
     stores: ALL_STORES.filter(storeModuleReady),
     cases: [...ALL_CASES],
-    autoPipelining: true,
+    // ioredis's own default: auto-pipelining only costs CPU when each request sends its commands in its own I/O callback (see bench/README.md).
+    autoPipelining: false,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
     mariadbUrl: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
@@ -221,6 +222,9 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--mariadb-url':
         options.mariadbUrl = value();
         break;
+      case '--auto-pipelining':
+        options.autoPipelining = true;
+        break;
       case '--no-auto-pipelining':
         options.autoPipelining = false;
         break;
@@ -242,7 +246,7 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--help':
         process.stdout.write(
           'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--no-auto-pipelining] [--out file]\n' +
+            '  [--stores memory,redis,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
             'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +

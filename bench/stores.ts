@@ -12,7 +12,7 @@ export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'typeorm', '
 export interface BenchStoreOptions {
   /** @default 'redis://127.0.0.1:6379' */
   redisUrl?: string;
-  /** ioredis `enableAutoPipelining`. @default true */
+  /** ioredis `enableAutoPipelining`. @default false (ioredis's default) */
   autoPipelining?: boolean;
   /** @default 'postgres://postgres@127.0.0.1:5432/test' */
   postgresUrl?: string;
@@ -86,7 +86,7 @@ async function openRedis(options: BenchStoreOptions): Promise<BenchStore> {
   const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../lib/redis/index.js')>('redis/index.ts');
   const client = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379', {
     ...recommendedRedisOptions(),
-    enableAutoPipelining: options.autoPipelining ?? true,
+    enableAutoPipelining: options.autoPipelining ?? false,
     lazyConnect: true,
   });
   // Errors surface through the commands (and fail the run); no "Unhandled error event" noise.
@@ -173,7 +173,9 @@ async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariad
     store,
     backendCalls: () => queries - before,
     close: async () => {
-      await dataSource.query(name === 'mariadb' ? `DROP TABLE IF EXISTS \`${table}\`` : `DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
+      await dataSource
+        .query(name === 'mariadb' ? `DROP TABLE IF EXISTS \`${table}\`` : `DROP TABLE IF EXISTS "${table}"`)
+        .catch(() => undefined);
       await dataSource.destroy();
     },
   };

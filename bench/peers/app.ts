@@ -17,6 +17,8 @@ export interface PeersAppConfig {
   store: 'memory' | 'redis';
   runId: string;
   redisUrl: string;
+  /** ioredis `enableAutoPipelining` of this library's client, as in bench/stores.ts. */
+  autoPipelining: boolean;
 }
 
 export type PeersChildMessage =
@@ -52,7 +54,11 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
     const { Redis } = await import('ioredis');
     const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../../lib/redis/index.js')>('redis/index.ts');
     // As bench/stores.ts creates it, so that both benches measure the same client.
-    const client = new Redis(config.redisUrl, { ...recommendedRedisOptions(), enableAutoPipelining: true, lazyConnect: true });
+    const client = new Redis(config.redisUrl, {
+      ...recommendedRedisOptions(),
+      enableAutoPipelining: config.autoPipelining,
+      lazyConnect: true,
+    });
     client.on('error', () => undefined);
     await client.connect();
     store = new RedisIdempotencyStore(client, { prefix: `${prefix}ours:` });

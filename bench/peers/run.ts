@@ -35,8 +35,11 @@ interface PeersOptions {
   rounds: number;
   connections: number;
   redisUrl: string;
+  autoPipelining: boolean;
   out: string;
   updateDocs: boolean;
+  /** Re-render the report (and the docs) from this JSON of an earlier run, without running anything. */
+  report?: string;
 }
 
 interface SideSummary {
@@ -78,6 +81,7 @@ function parseArgs(argv: string[]): PeersOptions {
     rounds: 5,
     connections: 50,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    autoPipelining: false,
     out: DEFAULT_OUT,
     updateDocs: true,
   };
@@ -111,8 +115,14 @@ function parseArgs(argv: string[]): PeersOptions {
       case '--redis-url':
         options.redisUrl = value();
         break;
+      case '--auto-pipelining':
+        options.autoPipelining = true;
+        break;
       case '--out':
         options.out = resolve(value());
+        break;
+      case '--report':
+        options.report = resolve(value());
         break;
       case '--no-docs':
         options.updateDocs = false;
@@ -120,7 +130,8 @@ function parseArgs(argv: string[]): PeersOptions {
       case '--help':
         process.stdout.write(
           'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis] [--cases first,replay]\n' +
-            '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--out file] [--no-docs]\n' +
+            '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--auto-pipelining] [--out file] [--no-docs]\n' +
+            '  [--report file.json]   only re-render the report (and the docs) from an earlier run\n' +
             '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
         );
         return process.exit(0);
@@ -242,7 +253,13 @@ async function runOne(
   runId: string,
   log: (line: string) => void,
 ): Promise<{ app: { nest: string; peer: string }; results: PeersResult['results'] }> {
-  const app = await PeersApp.start({ platform, store, runId: `${runId}${platform[0]}${store[0]}`, redisUrl: options.redisUrl });
+  const app = await PeersApp.start({
+    platform,
+    store,
+    runId: `${runId}${platform[0]}${store[0]}`,
+    redisUrl: options.redisUrl,
+    autoPipelining: options.autoPipelining,
+  });
   try {
     const measure = async (path: string, key: string) => {
       const before = await app.cpuMicros();
@@ -302,21 +319,31 @@ async function runOne(
   }
 }
 
+/** One row per platform and store (kept short: docs/performance.md shows it). */
 export function peersReport(result: PeersResult): string {
-  const cell = (s: SideSummary) =>
-    `**${s.rpsRatio.toFixed(2)}** (${s.rpsRatioMin.toFixed(2)}–${s.rpsRatioMax.toFixed(2)})${s.non2xx || s.errors ? ` ⚠ ${s.non2xx} non-2xx, ${s.errors} errors` : ''}`;
+  const ratio = (s: SideSummary) =>
+    `${s.rpsRatio.toFixed(2)} (${s.rpsRatioMin.toFixed(2)}–${s.rpsRatioMax.toFixed(2)})${s.non2xx || s.errors ? ` ⚠ ${s.non2xx} non-2xx, ${s.errors} errors` : ''}`;
   const lines = [
-    `Run ${result.generatedAt} · NestJS ${result.nest} · @node-idempotency/nestjs ${result.peer} · Node ${result.machine.node} · ` +
-      `${result.machine.cpus} CPUs · load ${result.machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(' ')} · ` +
-      `${result.options.connections} connections · ${result.options.duration} s × ${result.options.rounds} interleaved rounds`,
+    `Run ${result.generatedAt.slice(0, 16).replace('T', ' ')} UTC · NestJS ${result.nest} · @node-idempotency/nestjs ${result.peer} · Node ${result.machine.node} · ` +
+      `${result.machine.cpus} CPUs, load ${result.machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(' ')} · ` +
+      `${result.options.connections} connections · ${result.options.duration} s × ${result.options.rounds} interleaved rounds · × bare: median (min–max) · added app CPU µs/req`,
     '',
-    '| platform | store | case | nestjs-idempotency × bare | @node-idempotency/nestjs × bare | added CPU µs/req (ours / peer) |',
-    '|---|---|---|--:|--:|--:|',
+    '| platform, store | first: this library | first: the peer | replay: this library | replay: the peer | added CPU, first / replay: this library · the peer |',
+    '|---|--:|--:|--:|--:|--:|',
   ];
+  const seen = new Set<string>();
   for (const r of result.results) {
+    const id = `${r.platform} ${r.store}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    const of = (c: Case) => result.results.find((x) => x.platform === r.platform && x.store === r.store && x.case === c);
+    const first = of('first');
+    const replay = of('replay');
+    const cell = (x: typeof first, side: Side) => (x ? ratio(x[side]) : '–');
+    const cpu = (side: Side) => `${first?.[side].addedCpuMicrosPerRequest ?? '–'} / ${replay?.[side].addedCpuMicrosPerRequest ?? '–'}`;
     lines.push(
-      `| ${r.platform} | ${r.store} | ${r.case === 'first' ? 'first execution' : 'replay'} | ${cell(r.ours)} | ${cell(r.peer)} | ` +
-        `${r.ours.addedCpuMicrosPerRequest} / ${r.peer.addedCpuMicrosPerRequest} |`,
+      `| ${r.platform === 'express' ? 'Express' : 'Fastify'}, ${r.store === 'redis' ? 'Redis' : 'memory'} | ${cell(first, 'ours')} | ${cell(first, 'peer')} | ` +
+        `${cell(replay, 'ours')} | ${cell(replay, 'peer')} | ${cpu('ours')} · ${cpu('peer')} |`,
     );
   }
   return lines.join('\n');
@@ -336,6 +363,12 @@ function updateDocs(report: string): void {
 async function main(): Promise<void> {
   const options = parseArgs(process.argv.slice(2));
   const log = (line: string) => process.stderr.write(line + '\n');
+  if (options.report) {
+    const report = peersReport(JSON.parse(readFileSync(options.report, 'utf8')) as PeersResult);
+    process.stdout.write(report + '\n');
+    if (options.updateDocs) updateDocs(report);
+    return;
+  }
   installPeers();
   if (!existsSync(join(PEERS_DIR, 'node_modules', '@node-idempotency', 'nestjs'))) throw new Error(`no peers install at ${PEERS_DIR}`);
   const runId = `peers${randomBytes(3).toString('hex')}`;
