@@ -129,6 +129,27 @@ describe('@Idempotent() on a BullMQ processor (real workers, real Redis)', () =>
     expect(record?.status).toBe('completed');
   });
 
+  it('fails a job that reuses a completed job id with other data at once, without using up its attempts', async () => {
+    const queue = newQueue();
+    await worker(queue);
+    const orderId = `order-${sequence}`;
+    await queue.add('refund', { orderId }, { jobId: orderId, removeOnComplete: true });
+    await until(
+      'the first job to run and be removed',
+      async () => (await effects(orderId)) === 1 && (await queue.getJob(orderId)) === undefined,
+    );
+    await queue.add(
+      'refund',
+      { orderId, failAttempts: 0, gated: false },
+      { jobId: orderId, attempts: 5, backoff: { type: 'fixed', delay: 50 } },
+    );
+    await until('the second job to fail', async () => (await queue.getJobState(orderId)) === 'failed');
+    const job = (await queue.getJob(orderId))!;
+    expect(job.attemptsMade).toBe(1);
+    expect(job.failedReason).toMatch(/^IDEMPOTENCY_FINGERPRINT_MISMATCH: /);
+    expect(await effects(orderId)).toBe(1);
+  });
+
   it("releases the key when an attempt fails, so BullMQ's retry with backoff runs the job again, once", async () => {
     const queue = newQueue();
     await worker(queue);
