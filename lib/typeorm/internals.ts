@@ -54,3 +54,24 @@ export function pgClientOf(runner: QueryRunner): PgQueryable | undefined {
   const client = (runner as { databaseConnection?: Partial<PgQueryable> }).databaseConnection;
   return client && typeof client.query === 'function' ? (client as PgQueryable) : undefined;
 }
+
+/** A mysql2 pool (callback API), as far as this library uses it. */
+export interface MysqlPool {
+  query(
+    options: string | { sql: string; timeout?: number },
+    values: unknown[],
+    callback: (error: Error | null, result: unknown) => void,
+  ): unknown;
+}
+
+/**
+ * The mysql2 pool TypeORM's `mysql` / `mariadb` driver keeps (`driver.pool`); undefined
+ * for other drivers, with replication (TypeORM keeps a pool cluster then), before
+ * `initialize()` and after `destroy()`.
+ */
+export function mysqlPoolOf(dataSource: DataSource): MysqlPool | undefined {
+  const type = dataSource.options.type;
+  if (type !== 'mysql' && type !== 'mariadb') return undefined;
+  const pool = (dataSource.driver as { pool?: Partial<MysqlPool> }).pool;
+  return pool && typeof pool.query === 'function' ? (pool as MysqlPool) : undefined;
+}

@@ -1,8 +1,9 @@
 import { DataSource } from 'typeorm';
-import { dataSourceOf, pgClientOf, pgClientsOf, pgPoolOf } from '../../lib/typeorm/internals.js';
+import { dataSourceOf, mysqlPoolOf, pgClientOf, pgClientsOf, pgPoolOf } from '../../lib/typeorm/internals.js';
 import { guardPgClientErrors } from '../../lib/typeorm/store/pg-client-guard.js';
 import { sqlExecutorOf } from '../../lib/typeorm/store/sql-executor.js';
 import { pgConnection } from '../support/postgres.js';
+import { createMariaDataSource } from './mariadb/support.js';
 import { createPgDataSource, createSqljsDataSource } from './support.js';
 
 // Every field of TypeORM or node-postgres the library reads without it being published
@@ -89,6 +90,21 @@ describe('TypeORM and pg internals the library relies on', () => {
     });
   });
 
+  describe('on MariaDB', () => {
+    it("reaches the driver's mysql2 pool while the DataSource is initialized, and runs a statement on it", async () => {
+      const db = await createMariaDataSource({ poolSize: 2, synchronize: false });
+      const pool = mysqlPoolOf(db.dataSource);
+      expect(pool).toBeDefined();
+      const rows = await new Promise((resolve, reject) =>
+        pool!.query('SELECT ? AS one', [1], (error, result) => (error ? reject(error) : resolve(result))),
+      );
+      expect(rows).toEqual([{ one: 1 }]);
+      expect(sqlExecutorOf(db.dataSource).constructor.name).toBe('MysqlPoolExecutor');
+      await db.destroy();
+      expect(mysqlPoolOf(db.dataSource)).toBeUndefined();
+    });
+  });
+
   describe('on SQLite (sql.js)', () => {
     let dataSource: DataSource;
     beforeAll(async () => {
@@ -105,6 +121,7 @@ describe('TypeORM and pg internals the library relies on', () => {
         expect(dataSourceOf(runner)).toBe(dataSource);
         expect(dataSourceOf(dataSource.manager)).toBe(dataSource);
         expect(pgPoolOf(dataSource)).toBeUndefined();
+        expect(mysqlPoolOf(dataSource)).toBeUndefined();
         expect(pgClientOf(runner)).toBeUndefined();
       } finally {
         await runner.release();

@@ -1,5 +1,6 @@
 import type { DataSource, QueryRunner } from 'typeorm';
-import { pgClientOf, pgPoolOf } from '../internals.js';
+import { mysqlPoolOf, pgClientOf, pgPoolOf } from '../internals.js';
+import { mysqlHeaderOf, runMysqlStatement } from './mysql-statement.js';
 import { sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner, guardPgClientErrors } from './pg-client-guard.js';
 import { runPgStatement, type SqlResult } from './pg-statement.js';
@@ -21,14 +22,20 @@ const executors = new WeakMap<DataSource, SqlExecutor>();
 /**
  * The executor of a DataSource, chosen once: on PostgreSQL with node-postgres, statements
  * go to the pool (inside a transaction, to the transaction's own pg client) so they can be
- * prepared; anywhere else through TypeORM's query runner. The choice needs the pool, which
+ * prepared; on MySQL / MariaDB outside a transaction, to the mysql2 pool; anywhere else
+ * through TypeORM's query runner. The choice needs the pool, which
  * exists only once the DataSource is initialized, so an uninitialized one is not remembered.
  */
 export function sqlExecutorOf(dataSource: DataSource): SqlExecutor {
   let executor = executors.get(dataSource);
   if (executor) return executor;
   const dialect = dialectOf(dataSource);
-  executor = dialect === 'postgres' && pgPoolOf(dataSource) ? new PgPoolExecutor(dataSource) : new RunnerExecutor(dataSource, dialect);
+  executor =
+    dialect === 'postgres' && pgPoolOf(dataSource)
+      ? new PgPoolExecutor(dataSource)
+      : dialect === 'mysql' && mysqlPoolOf(dataSource)
+        ? new MysqlPoolExecutor(dataSource)
+        : new RunnerExecutor(dataSource, dialect);
   if (dataSource.isInitialized) executors.set(dataSource, executor);
   return executor;
 }
@@ -71,33 +78,27 @@ class PgPoolExecutor implements SqlExecutor {
   }
 }
 
+class MysqlPoolExecutor implements SqlExecutor {
+  constructor(private readonly dataSource: DataSource) {}
+
+  run(statement: Statement): Promise<SqlResult> {
+    // Looked up on every statement, as on PostgreSQL: destroy() and initialize() replace the pool.
+    const pool = mysqlPoolOf(this.dataSource);
+    if (pool) return runMysqlStatement(this.dataSource, pool, statement);
+    return withRunner(this.dataSource, 'mysql', (runner) => runOnRunner(runner, statement));
+  }
+
+  runOn(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
+    return runOnRunner(runner, statement);
+  }
+}
+
 async function runOnRunner(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
   const result = await runner.query(statement.sql, statement.params, true);
   const rows = (result.records ?? []) as Record<string, unknown>[];
   const header = mysqlHeaderOf(result.raw);
   if (header) return { rows, affected: header.affected, insertId: header.insertId };
   return { rows, affected: result.affected ?? rows.length };
-}
-
-/** The OK packet of a mysql2 statement that returned no rows, as far as the store reads it. */
-interface MysqlOkPacket {
-  affectedRows: number;
-  insertId?: number | string;
-  info?: string;
-}
-
-/**
- * Rows a MySQL statement FOUND, whatever the connection's flags: an UPDATE that sets the
- * values a row already has (a renew within the same millisecond) changes nothing, and
- * without CLIENT_FOUND_ROWS (mysql2 sets it by default; `flags: '-FOUND_ROWS'` clears it)
- * its affected rows would say 0. The server's info line "Rows matched: n" says what the
- * WHERE clause found; the other statements report affected rows as found rows already.
- */
-function mysqlHeaderOf(raw: unknown): { affected: number; insertId: number } | undefined {
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw) || !('affectedRows' in raw)) return undefined;
-  const packet = raw as MysqlOkPacket;
-  const matched = typeof packet.info === 'string' ? /Rows matched:\s*(\d+)/.exec(packet.info) : null;
-  return { affected: matched ? Number(matched[1]) : Number(packet.affectedRows), insertId: Number(packet.insertId ?? 0) };
 }
 
 /**
