@@ -6,11 +6,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The versions come from .ci/legs/nest11/package-lock.json (see README, Development).
 bash .ci/legs/install.sh nest11 .nest11
-node -e "console.log('NestJS', require('./.nest11/node_modules/@nestjs/core/package.json').version)"
+# Child processes the tests start (crash and cross-process fixtures) resolve @nestjs/*
+# with Node, not Jest: this preload sends every @nestjs package the leg installs to
+# .nest11, as jest.nest11.config.js does. graphql, bullmq, rxjs and the other peers
+# keep resolving to the single copy in the main node_modules.
+cat > .nest11/resolve-nest11.cjs <<'HOOK'
+'use strict';
+const fs = require('node:fs');
+const path = require('node:path');
+const Module = require('node:module');
+const leg = __dirname;
+const resolve = Module._resolveFilename;
+Module._resolveFilename = function resolveNest11(request, parent, isMain, options) {
+  const match = /^@nestjs\/([^/]+)/.exec(request);
+  if (match && fs.existsSync(path.join(leg, 'node_modules', '@nestjs', match[1]))) {
+    return resolve.call(this, request, parent, isMain, { ...options, paths: [leg] });
+  }
+  return resolve.call(this, request, parent, isMain, options);
+};
+HOOK
+export NODE_OPTIONS="${NODE_OPTIONS:-} --require $PWD/.nest11/resolve-nest11.cjs"
+version=$(node -p "require('@nestjs/core/package.json').version")
+echo "NestJS $version (as child processes resolve it)"
+case "$version" in 11.*) ;; *) echo "expected NestJS 11 in child processes, got $version" >&2; exit 1 ;; esac
 # With no arguments: every suite that exercises Nest itself (HTTP, messages, guards,
-# health, observability, the sample app); stores and protocol suites do not depend on
-# the Nest major and run once, in `npm test`.
+# health, observability, the sample app, and the BullMQ, event, schedule and GraphQL
+# integrations); stores and protocol suites do not depend on the Nest major and run
+# once, in `npm test`.
 if [ "$#" -eq 0 ]; then
-  set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app
+  set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app test/integrations test/graphql
 fi
 npx jest -c jest.nest11.config.js "$@"
