@@ -1,17 +1,16 @@
 import { HttpException, IntrinsicException, type ExecutionContext } from '@nestjs/common';
 import {
   IdempotencyConfigurationError,
-  IdempotencyKeyInvalidError,
   IdempotencyNotReplayableError,
   decodeValue,
   encodeValue,
-  parseIdempotencyKeyHeader,
   unstorableReason,
   type IdempotencyError,
   type IdempotencyInFlightError,
   type StoredOutcome,
 } from '../core/index.js';
-import { identityOf } from './principal.js';
+import { keyFromHeaders } from './http.adapter.js';
+import { principalOfUser } from './principal.js';
 import { problemOf } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
@@ -32,9 +31,6 @@ interface HttpRequestLike {
   headers?: Record<string, string | string[] | undefined>;
   user?: unknown;
 }
-
-/** The members of `request.user` the default principal is read from, in order (as on HTTP). */
-const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
 
 /** What a client finds in `errors[].extensions` when the library refuses a mutation. */
 export interface IdempotencyGraphQLErrorExtensions {
@@ -102,19 +98,7 @@ export class GraphqlTransportAdapter implements TransportAdapter {
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
     const headers = requestOf(context)?.headers;
-    if (!headers) return undefined;
-    let key: string | undefined;
-    for (const name of config.keyHeaders) {
-      const value = headers[name];
-      if (value === undefined) continue;
-      const parsed = parseIdempotencyKeyHeader(value);
-      // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
-      if (key !== undefined && key !== parsed) {
-        throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
-      }
-      key = parsed;
-    }
-    return key;
+    return headers ? keyFromHeaders(headers, config.keyHeaders) : undefined;
   }
 
   describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string {
@@ -125,23 +109,9 @@ export class GraphqlTransportAdapter implements TransportAdapter {
       : `${header} of the HTTP request carrying the GraphQL operation`;
   }
 
-  /** `request.user.id`, `.sub`, `.userId` or `._id`; anonymous without `request.user`; refused when it cannot be read. */
+  /** `request.user`'s id, as on HTTP (see `principalOfUser`). */
   principal(context: ExecutionContext): string | number | undefined {
-    const user = requestOf(context)?.user;
-    if (user === undefined || user === null || user === false) return undefined;
-    if (typeof user === 'object') {
-      for (const field of PRINCIPAL_FIELDS) {
-        const id = identityOf((user as Record<string, unknown>)[field]);
-        if (id !== undefined) return id;
-      }
-    } else {
-      const id = identityOf(user);
-      if (id !== undefined) return id;
-    }
-    throw new IdempotencyConfigurationError(
-      `@Idempotent() cannot tell who sent this mutation: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
-      'Tell it how to read the principal: @Idempotent({ scope: (ctx) => ctx.getArgByIndex(2).req.user.accountId }) or the same `scope` option in IdempotencyModule.forRoot().',
-    );
+    return principalOfUser(requestOf(context)?.user, 'mutation', '(ctx) => ctx.getArgByIndex(2).req.user.accountId');
   }
 
   /** The field's arguments, as graphql-js coerced them (variables substituted, defaults applied). */

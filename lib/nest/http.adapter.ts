@@ -1,6 +1,5 @@
 import { HttpException, type ExecutionContext } from '@nestjs/common';
 import {
-  IdempotencyConfigurationError,
   IdempotencyKeyInvalidError,
   parseIdempotencyKeyHeader,
   IdempotencyNotReplayableError,
@@ -12,7 +11,7 @@ import {
   type StoredOutcome,
 } from '../core/index.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
-import { identityOf } from './principal.js';
+import { principalOfUser } from './principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
@@ -25,9 +24,6 @@ interface HttpRequestLike {
   user?: unknown;
 }
 
-/** The members of `request.user` the default principal is read from, in order. */
-const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
-
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'content-type',
   'location',
@@ -39,24 +35,31 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'link',
 ];
 
+/**
+ * The one idempotency key of a request's headers (`keyHeaders`, lower-case, in order):
+ * each value parsed under the header rules; two headers that disagree are two keys, not a
+ * choice, and refused. `undefined` when none is set.
+ */
+export function keyFromHeaders(headers: Record<string, string | string[] | undefined>, keyHeaders: readonly string[]): string | undefined {
+  let key: string | undefined;
+  for (const name of keyHeaders) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    const parsed = parseIdempotencyKeyHeader(value);
+    if (key !== undefined && key !== parsed) {
+      throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
+    }
+    key = parsed;
+  }
+  return key;
+}
+
 /** Express and Fastify, told apart by the reply's shape. */
 export class HttpTransportAdapter implements TransportAdapter {
   readonly defaultInFlight = 'reject' as const;
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
-    const headers = requestOf(context).headers;
-    let key: string | undefined;
-    for (const name of config.keyHeaders) {
-      const value = headers[name];
-      if (value === undefined) continue;
-      const parsed = parseIdempotencyKeyHeader(value);
-      // `Idempotency-Key: a` with `X-Idempotency-Key: b` is two keys, not a choice.
-      if (key !== undefined && key !== parsed) {
-        throw new IdempotencyKeyInvalidError('the request carries more than one Idempotency-Key value');
-      }
-      key = parsed;
-    }
-    return key;
+    return keyFromHeaders(requestOf(context).headers, config.keyHeaders);
   }
 
   describeKeySource(config: ResolvedHandlerConfig): string {
@@ -65,29 +68,9 @@ export class HttpTransportAdapter implements TransportAdapter {
       : `the ${config.options.header ?? 'Idempotency-Key'} header`;
   }
 
-  /**
-   * Who is asking: `request.user.id`, `.sub`, `.userId` or `._id` (a string, a number,
-   * or an object with `toHexString()` or its own `toString()`, such as an ObjectId).
-   * Without `request.user` the request is anonymous; with a user whose identity cannot
-   * be read it is refused, because treating it as anonymous would let one user replay
-   * another's response.
-   */
+  /** Who is asking: `request.user`'s id (see `principalOfUser`). */
   principal(context: ExecutionContext): string | number | undefined {
-    const user = requestOf(context).user;
-    if (user === undefined || user === null || user === false) return undefined;
-    if (typeof user === 'object') {
-      for (const field of PRINCIPAL_FIELDS) {
-        const id = identityOf((user as Record<string, unknown>)[field]);
-        if (id !== undefined) return id;
-      }
-    } else {
-      const id = identityOf(user);
-      if (id !== undefined) return id;
-    }
-    throw new IdempotencyConfigurationError(
-      `@Idempotent() cannot tell who sent this request: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
-      'Tell it how to read the principal: @Idempotent({ scope: (ctx) => ctx.switchToHttp().getRequest().user.accountId }) or the same `scope` option in IdempotencyModule.forRoot().',
-    );
+    return principalOfUser(requestOf(context).user, 'request', '(ctx) => ctx.switchToHttp().getRequest().user.accountId');
   }
 
   fingerprintMaterial(context: ExecutionContext): unknown {

@@ -48,6 +48,33 @@ export function principalOf(value: unknown, where: string): string | number | un
   );
 }
 
+/** The members of `request.user` the default principal is read from, in order. */
+const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
+
+/**
+ * The default principal of an HTTP request (or of the HTTP request behind a GraphQL
+ * operation): `request.user.id`, `.sub`, `.userId` or `._id`. Without `request.user`
+ * the request is anonymous; a user whose identity cannot be read is refused, because
+ * treating it as anonymous would let one user replay another's response.
+ * `scopeExample` shows the `scope` option that reads the principal on this transport.
+ */
+export function principalOfUser(user: unknown, what: string, scopeExample: string): string | number | undefined {
+  if (user === undefined || user === null || user === false) return undefined;
+  if (typeof user === 'object') {
+    for (const field of PRINCIPAL_FIELDS) {
+      const id = identityOf((user as Record<string, unknown>)[field]);
+      if (id !== undefined) return id;
+    }
+  } else {
+    const id = identityOf(user);
+    if (id !== undefined) return id;
+  }
+  throw new IdempotencyConfigurationError(
+    `@Idempotent() cannot tell who sent this ${what}: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
+    `Tell it how to read the principal: @Idempotent({ scope: ${scopeExample} }) or the same \`scope\` option in IdempotencyModule.forRoot().`,
+  );
+}
+
 function describe(value: unknown): string {
   if (typeof value === 'string') return 'an empty string';
   if (Array.isArray(value)) return 'an array';
