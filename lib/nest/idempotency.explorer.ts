@@ -39,6 +39,7 @@ export class IdempotencyExplorer implements OnModuleInit {
       throw this.report(where, error);
     }
     const stores = new Set<IdempotencyStore>([this.service.store]);
+    let hasCronJobs = false;
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       const instance = wrapper.instance as Record<string, unknown> | undefined;
       if (!instance || typeof instance !== 'object' || !wrapper.metatype) continue;
@@ -72,7 +73,7 @@ export class IdempotencyExplorer implements OnModuleInit {
           } catch (error) {
             throw this.report(handler, error);
           }
-          if (target.kind === 'cron') this.findSchedulerRegistry();
+          hasCronJobs ||= target.kind === 'cron';
           continue;
         }
         const merged = mergeHandlerOptions(this.service.options, options);
@@ -90,6 +91,7 @@ export class IdempotencyExplorer implements OnModuleInit {
         stores.add(store);
       }
     }
+    if (hasCronJobs) this.findSchedulerRegistry();
     for (const store of stores) {
       this.service.watchStore(store);
       await this.verify(store);

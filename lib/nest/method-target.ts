@@ -1,6 +1,5 @@
-// `.js` so that Node's ESM loader finds it on Nest 11 (no exports map) and 12.
-import { PATH_METADATA } from '@nestjs/common/constants.js';
-import { isMessageHandler } from './operation.js';
+import { graphqlResolverKindOf } from './graphql-resolver.js';
+import { declaredHttpMethodOf, isMessageHandler } from './operation.js';
 
 // The integrations are optional peers: their metadata keys (stable across their majors)
 // are written out rather than imported, so an application that uses none of them loads none.
@@ -16,9 +15,6 @@ const SCHEDULE_INTERVAL_OPTIONS = 'SCHEDULE_INTERVAL_OPTIONS';
 /** @nestjs/schedule's SchedulerType enum, by value. */
 const CRON = 1;
 const INTERVAL = 3;
-/** `@Query()` / `@Mutation()` / ... of @nestjs/graphql, on the method. */
-const GRAPHQL_RESOLVER_TYPE_METADATA = 'graphql:resolver_type';
-const GRAPHQL_RESOLVE_PROPERTY_METADATA = 'graphql:resolve_property';
 /** `@SubscribeMessage()` of @nestjs/websockets, on the method. */
 const WEBSOCKET_MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
 
@@ -55,10 +51,9 @@ export interface MethodTarget {
  */
 export function isRequestHandler(method: Function): boolean {
   return (
-    Reflect.getMetadata(PATH_METADATA, method) !== undefined ||
+    declaredHttpMethodOf(method) !== undefined ||
     isMessageHandler(method) ||
-    Reflect.getMetadata(GRAPHQL_RESOLVER_TYPE_METADATA, method) !== undefined ||
-    Reflect.getMetadata(GRAPHQL_RESOLVE_PROPERTY_METADATA, method) === true ||
+    graphqlResolverKindOf(method) !== undefined ||
     Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true
   );
 }
