@@ -34,6 +34,7 @@ export class ScheduleAdapter extends MethodAdapter {
    * through its jobs, as this library does not depend on cron.
    */
   private registry: SchedulerRegistryLike | undefined;
+  private CronTime: CronTimeClass | undefined;
   private readonly cronTimes = new WeakMap<ResolvedHandlerConfig, CronTimeLike>();
 
   /** @internal called at boot by the explorer with the application's SchedulerRegistry */
@@ -82,14 +83,18 @@ export class ScheduleAdapter extends MethodAdapter {
   private cronTimeOf(config: MethodHandlerConfig): CronTimeLike {
     let cronTime = this.cronTimes.get(config);
     if (cronTime) return cronTime;
-    const job = this.registry ? [...this.registry.getCronJobs().values()].find((candidate) => candidate.cronTime) : undefined;
-    if (!job?.cronTime) {
+    // cron's CronTime class is the same for every application: found once, it stays usable
+    // after the application whose registry showed it has closed (its jobs are gone then).
+    this.CronTime ??= (
+      this.registry ? [...this.registry.getCronJobs().values()].find((candidate) => candidate.cronTime)?.cronTime?.constructor : undefined
+    ) as CronTimeClass | undefined;
+    const CronTime = this.CronTime;
+    if (!CronTime) {
       throw new IdempotencyConfigurationError(
         `@Idempotent() on ${config.handlerName}: the scheduled time of this @Cron() tick cannot be read, as no cron job is registered with ScheduleModule.`,
         'Import ScheduleModule.forRoot() in the application that runs this job, or give @Idempotent() a key option of your own.',
       );
     }
-    const CronTime = job.cronTime.constructor as CronTimeClass;
     const { cronTime: source, timeZone, utcOffset } = config.target.cron ?? {};
     cronTime = new CronTime(source, timeZone, utcOffset);
     this.cronTimes.set(config, cronTime);
