@@ -15,21 +15,31 @@ const SCRIPT = new LuaScript('probe', "return redis.call('GET', KEYS[1])");
 
 // The runner keeps every call's deadline on one timer (calls expire in the order they were made).
 describe('RedisScriptRunner deadlines', () => {
+  // Fake clocks: the deadlines are asserted at exact times, never raced against a loaded machine.
+  beforeEach(() => jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] }));
+  afterEach(() => jest.useRealTimers());
+
   it('rejects each unanswered call at its own deadline, and answered calls never', async () => {
     const { client, pending } = manualClient();
     const runner = new RedisScriptRunner(client, { timeout: 80 }, 'Probe');
     const first = runner.run(SCRIPT, 'a', []);
-    await new Promise((r) => setTimeout(r, 40));
+    let firstSettled = false;
+    first.catch(() => undefined).finally(() => (firstSettled = true));
+    await jest.advanceTimersByTimeAsync(40);
     const second = runner.run(SCRIPT, 'b', []);
     const third = runner.run(SCRIPT, 'c', []);
     pending[2].resolve('answered');
     await expect(third).resolves.toBe('answered');
     let secondSettled = false;
     second.catch(() => undefined).finally(() => (secondSettled = true));
+    await jest.advanceTimersByTimeAsync(39);
+    expect(firstSettled).toBe(false);
+    await jest.advanceTimersByTimeAsync(1);
     await expect(first).rejects.toBeInstanceOf(RedisOperationTimeoutError);
     // The second call was made later: the first one's deadline is not its own.
-    await new Promise((r) => setImmediate(r));
+    await jest.advanceTimersByTimeAsync(39);
     expect(secondSettled).toBe(false);
+    await jest.advanceTimersByTimeAsync(1);
     await expect(second).rejects.toThrow('Redis did not answer Probe.probe within 80 ms');
     // A reply after the deadline changes nothing.
     pending[0].resolve('late');
@@ -45,9 +55,11 @@ describe('RedisScriptRunner deadlines', () => {
     await warm;
     const call = runner.run(SCRIPT, 'a', []);
     expect(pending[1].command).toBe('evalsha');
-    await expect(call).rejects.toBeInstanceOf(RedisOperationTimeoutError);
+    const rejected = expect(call).rejects.toBeInstanceOf(RedisOperationTimeoutError);
+    await jest.advanceTimersByTimeAsync(30);
+    await rejected;
     pending[1].reject(new Error('NOSCRIPT No matching script.'));
-    await new Promise((r) => setTimeout(r, 10));
+    await jest.advanceTimersByTimeAsync(1_000);
     expect(pending).toHaveLength(2);
   });
 
