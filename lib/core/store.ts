@@ -67,6 +67,12 @@ export interface IdempotencyStore {
    * empty `key`. Returns a function that removes the listener.
    */
   addEventListener?(listener: IdempotencyEventListener): () => void;
+  /**
+   * Optional: releases what the store opened itself (never a client or connection the
+   * application passed in), such as the Redis near cache's own connection. The module
+   * calls it once on shutdown, for its store and every handler's own store.
+   */
+  close?(): Promise<void>;
 }
 
 /** Injection token for the store, same name as the interface (as in @nestjs/throttler). */

@@ -95,6 +95,8 @@ export class IdempotencyService implements OnModuleDestroy {
   private readonly onEvent: IdempotencyEventListener;
   /** Stores whose own events (evictions, background purges) reach `onEvent`, and how to stop listening. */
   private readonly watchedStores = new Map<IdempotencyStore, () => void>();
+  /** Every store this module uses (its own and the handlers'), closed once on shutdown. */
+  private readonly knownStores = new Set<IdempotencyStore>();
 
   constructor(@Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) options?: IdempotencyModuleOptions) {
     this.options = options ?? {};
@@ -107,6 +109,7 @@ export class IdempotencyService implements OnModuleDestroy {
 
   /** @internal Routes a store's own events (memory evictions, purge failures) to this module's listeners and log. */
   watchStore(store: IdempotencyStore): void {
+    this.knownStores.add(store);
     if (this.watchedStores.has(store) || typeof store.addEventListener !== 'function') return;
     this.watchedStores.set(store, store.addEventListener(this.onEvent));
   }
@@ -116,9 +119,21 @@ export class IdempotencyService implements OnModuleDestroy {
     this.log.configurationError(where, error);
   }
 
-  onModuleDestroy(): void {
+  async onModuleDestroy(): Promise<void> {
     for (const stop of this.watchedStores.values()) stop();
     this.watchedStores.clear();
+    // What the stores opened themselves (the Redis near cache's connection); each once.
+    const stores = [...this.knownStores];
+    this.knownStores.clear();
+    for (const store of stores) {
+      if (typeof store.close !== 'function') continue;
+      try {
+        await store.close();
+      } catch (error) {
+        const name = store.constructor.name;
+        this.log.warn(`close:${name}`, `${name} failed to close: ${(error as Error)?.message ?? String(error)}`);
+      }
+    }
   }
 
   /**

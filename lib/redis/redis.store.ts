@@ -1,5 +1,13 @@
+import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.js';
 import type { ClaimResult, CompletedRecord, IdempotencyRecord } from '../core/record.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
+import {
+  NearCache,
+  resolveNearCacheOptions,
+  type NearCacheClient,
+  type RedisNearCacheOptions,
+  type RedisNearCacheStats,
+} from './near-cache.js';
 import {
   LUA_NOW_MS,
   LuaScript,
@@ -10,6 +18,7 @@ import {
   type RedisCallOptions,
   type RedisClientLike,
 } from './redis-client.js';
+import { RateLimitedLog } from '../observability/rate-limited-log.js';
 
 /** Options of `RedisIdempotencyStore`. */
 export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
@@ -19,6 +28,16 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
    * @default 'idempotency:'
    */
   prefix?: string;
+  /**
+   * Keeps completed records in process memory, so that a replay costs no Redis round
+   * trip; Redis's invalidation messages (client-side caching, `CLIENT TRACKING` in
+   * `BCAST` mode) drop a record here as soon as any instance deletes it or it expires.
+   * Costs one extra connection per store, opened on the first claim (or `verify()`) and
+   * closed by `close()`. Refused with a Cluster client. `true` takes the defaults of
+   * `RedisNearCacheOptions`. See docs/redis.md, "Near cache".
+   * @default false
+   */
+  nearCache?: boolean | RedisNearCacheOptions;
 }
 
 /*
@@ -108,10 +127,19 @@ const DELETE = new LuaScript('delete', `return redis.call('DEL', KEYS[1])`);
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly prefix: string;
   private readonly scripts: RedisScriptRunner;
+  private readonly nearCache: NearCache | undefined;
+  private readonly listeners = new Set<IdempotencyEventListener>();
+  private fallbackLog: RateLimitedLog | undefined;
 
   constructor(client: RedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisIdempotencyStore');
     this.prefix = options.prefix ?? 'idempotency:';
+    const nearCache = resolveNearCacheOptions(options.nearCache, client as NearCacheClient);
+    this.nearCache =
+      nearCache &&
+      new NearCache(client as NearCacheClient, this.prefix, nearCache, this.scripts.timeout, (error, reason) =>
+        this.reportNearCacheError(error, reason),
+      );
   }
 
   /** The Redis key of a store key. The braces are a Cluster hash tag over the whole key. */
@@ -121,6 +149,24 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     const leaseTtl = wholeMs(request.leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.claim');
+    const nearCache = this.nearCache;
+    if (nearCache === undefined) return this.claimInRedis(key, request, leaseTtl);
+    const cached = nearCache.lookup(key);
+    if (cached !== undefined) return cached;
+    // Registered before the script is sent: an invalidation of this key that arrives on
+    // the other connection before this reply keeps the reply out of the cache.
+    const read = nearCache.beginRead(key);
+    if (read === undefined) return this.claimInRedis(key, request, leaseTtl);
+    let result: ClaimResult | undefined;
+    try {
+      result = await this.claimInRedis(key, request, leaseTtl);
+      return result;
+    } finally {
+      nearCache.endRead(key, read, result);
+    }
+  }
+
+  private async claimInRedis(key: string, request: ClaimRequest, leaseTtl: number): Promise<ClaimResult> {
     const hasFingerprint = request.fingerprint !== undefined;
     const reply = (await this.scripts.run(CLAIM, this.redisKey(key), [
       request.token,
@@ -159,6 +205,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async delete(key: string): Promise<boolean> {
+    this.nearCache?.forget(key);
     return Number(await this.scripts.run(DELETE, this.redisKey(key), [])) > 0;
   }
 
@@ -166,7 +213,57 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ping(): Promise<void> {
     return this.scripts.ping();
   }
+
+  /**
+   * Boot check (the module calls it): starts the near cache, when it is on, without
+   * waiting for it; it answers from memory once Redis's invalidations are proven to arrive.
+   */
+  async verify(): Promise<void> {
+    this.nearCache?.start();
+  }
+
+  /**
+   * Closes the near cache's own connection (never the client passed in); the store keeps
+   * working, every claim going to Redis. The module calls it on shutdown.
+   */
+  async close(): Promise<void> {
+    await this.nearCache?.close();
+  }
+
+  /** What the near cache holds and did; `undefined` when the `nearCache` option is off. */
+  nearCacheStats(): RedisNearCacheStats | undefined {
+    return this.nearCache?.stats();
+  }
+
+  /** Listeners of the near cache's `store_error` events (IdempotencyModule adds its own). */
+  addEventListener(listener: IdempotencyEventListener): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  private reportNearCacheError(error: unknown, reason: string): void {
+    const at = Date.now();
+    const event: IdempotencyEvent = { type: 'store_error', key: '', at, durationMs: 0, error, reason: `RedisIdempotencyStore: ${reason}` };
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // One broken listener must not keep the others from hearing it.
+      }
+    }
+    if (this.listeners.size > 0) return;
+    // Nobody listens (the store is used without the module): a rate-limited warning.
+    this.fallbackLog ??= new RateLimitedLog(consoleLogger);
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    this.fallbackLog.warn(`near-cache:${message}`, `${event.reason}: ${message}`);
+  }
 }
+
+const consoleLogger = {
+  log: (message: unknown) => console.log(message),
+  warn: (message: unknown) => console.warn(message),
+  error: (message: unknown) => console.error(message),
+};
 
 /** Parses `[s, t, e, f, r]`. */
 function toRecord(key: string, fields: unknown[]): IdempotencyRecord | undefined {
