@@ -18,6 +18,7 @@ import {
   unstorableReason,
   type StoredOutcome,
 } from './outcome.js';
+import { listenedTypesOf } from './listened-types.js';
 import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
 
@@ -630,7 +631,10 @@ function emit(
   startedAt: number,
   extra: Partial<Pick<IdempotencyEvent, 'error' | 'failOpen' | 'reason' | 'storeLatencyMs'>>,
 ): void {
-  if (!policy.onEvent) return;
+  const listener = policy.onEvent;
+  if (!listener) return;
+  const types = listenedTypesOf(listener);
+  if (types !== undefined && !types.has(type)) return;
   const at = Date.now();
   try {
     policy.onEvent({ type, key, handler: policy.handler, at, durationMs: at - startedAt, ...extra });

@@ -1,15 +1,7 @@
 import { HttpException, type ExecutionContext } from '@nestjs/common';
-import {
-  IdempotencyKeyInvalidError,
-  parseIdempotencyKeyHeader,
-  IdempotencyNotReplayableError,
-  decodeValue,
-  encodeValue,
-  unstorableReason,
-  type IdempotencyError,
-  type OutcomeMeta,
-  type StoredOutcome,
-} from '../core/index.js';
+import { IdempotencyKeyInvalidError, IdempotencyNotReplayableError, type IdempotencyError } from '../core/errors.js';
+import { parseIdempotencyKeyHeader } from '../core/key.js';
+import { decodeValue, encodeValue, unstorableReason, type OutcomeMeta, type StoredOutcome } from '../core/outcome.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { principalOfUser } from './principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from './problem.js';

@@ -1,5 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyError, type IdempotencyEventListener } from '../core/index.js';
+import { listeningTo } from '../core/listened-types.js';
 import { formatIdempotencyEvent } from '../observability/logger.js';
 import { LOG_WINDOW_MS, RateLimitedLog } from '../observability/rate-limited-log.js';
 
@@ -12,7 +13,7 @@ import { LOG_WINDOW_MS, RateLimitedLog } from '../observability/rate-limited-log
  */
 export class IdempotencyLog {
   /** Feeds the events worth a line to the logger; every other event returns at once. */
-  readonly listener: IdempotencyEventListener = (event) => {
+  readonly listener: IdempotencyEventListener = listeningTo((event) => {
     switch (event.type) {
       case 'store_error':
         // A store that reports a configuration error (a missing table) is not an outage:
@@ -38,7 +39,7 @@ export class IdempotencyLog {
       default:
         return;
     }
-  };
+  }, ['store_error', 'lease_lost', 'evicted_before_expiry']);
 
   private readonly log: RateLimitedLog | undefined;
 

@@ -1,21 +1,19 @@
 import type { ExecutionContext } from '@nestjs/common';
+// Straight from the defining modules rather than the core barrel: a CommonJS barrel
+// reaches every name through a getter, and these run on every request.
+import { type ExecutionRequest, type Lease } from '../core/engine.js';
 import {
   IdempotencyConfigurationError,
   IdempotencyErrorCode,
   IdempotencyKeyMissingError,
   IdempotencyStoreUnavailableError,
-  deserializeOutcome,
-  fingerprintOf,
   isIdempotencyError,
-  isTransactionalStore,
-  normalizeIdempotencyKey,
-  serializeOutcome,
-  storageKeyOf,
-  type ExecutionRequest,
   type IdempotencyError,
-  type Lease,
-  type StoredOutcome,
-} from '../core/index.js';
+} from '../core/errors.js';
+import { fingerprintOf, storageKeyOf } from '../core/hash.js';
+import { normalizeIdempotencyKey } from '../core/key.js';
+import { deserializeOutcome, serializeOutcome, type StoredOutcome } from '../core/outcome.js';
+import { isTransactionalStore } from '../core/store.js';
 import type { HandlerCall, ObservableHandlerCall } from './handler-call.js';
 import { DirectHandlerCall } from './handler-call.js';
 import { GraphqlTransportAdapter, graphqlOperationOf } from './graphql.adapter.js';
@@ -31,6 +29,9 @@ import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './t
 import { refuseUnconfigured } from './unconfigured.js';
 
 type Principal = string | number | undefined | null;
+
+/** What the protocol needs of a request; `undefined` when it runs unprotected (no key, `required: false`). */
+type Prepared = ExecutionRequest | undefined;
 
 /** How the protocol derives a request's key, scope and fingerprint (see the hooks of `IdempotencyRuntime`). */
 export interface IdempotencyHooks {
@@ -185,7 +186,8 @@ export class IdempotencyRuntime {
     try {
       try {
         if (adapter.admit) await adapter.admit(context, config);
-        request = await this.prepare(context, config, hooks);
+        const prepared = this.prepare(context, config, hooks);
+        request = isThenable(prepared) ? await prepared : prepared;
       } catch (error) {
         // A throwing key, scope or fingerprint function still settles the message.
         if (!isIdempotencyError(error)) await adapter.settle?.(context, config, 'failed', error);
@@ -227,26 +229,42 @@ export class IdempotencyRuntime {
     void config.adapter.settle?.(context, config, 'abandoned');
   }
 
-  /** The hooks may be async; most are not, and an await costs every request a hop. */
-  private async prepare(
-    context: ExecutionContext,
-    config: ResolvedHandlerConfig,
-    hooks: IdempotencyHooks,
-  ): Promise<ExecutionRequest | undefined> {
+  /**
+   * The request's key and fingerprint. The hooks may be async; most are not, and an
+   * await costs every request a hop: this stays synchronous until a hook returns a
+   * promise, and continues after it from there (each hook runs once).
+   */
+  private prepare(context: ExecutionContext, config: ResolvedHandlerConfig, hooks: IdempotencyHooks): Prepared | Promise<Prepared> {
+    const raw = hooks.resolveKey(context, config, config.adapter);
+    if (isThenable(raw)) return Promise.resolve(raw).then((value) => this.prepareFromKey(context, config, hooks, value));
+    return this.prepareFromKey(context, config, hooks, raw);
+  }
+
+  private prepareFromKey(context: ExecutionContext, config: ResolvedHandlerConfig, hooks: IdempotencyHooks, raw: unknown): Prepared | Promise<Prepared> {
     const adapter = config.adapter;
-    let raw = hooks.resolveKey(context, config, adapter);
-    if (isThenable(raw)) raw = await raw;
     if (raw === undefined || raw === null || raw === '') {
       if (!config.required) return undefined;
       throw new IdempotencyKeyMissingError(adapter.describeKeySource(config, context));
     }
     const clientKey = normalizeIdempotencyKey(raw);
-    let principal = hooks.resolvePrincipal(context, config, adapter);
-    if (isThenable(principal)) principal = await principal;
+    const principal = hooks.resolvePrincipal(context, config, adapter);
+    if (isThenable(principal)) {
+      return Promise.resolve(principal).then((value) => this.prepareFromPrincipal(context, config, hooks, clientKey, value));
+    }
+    return this.prepareFromPrincipal(context, config, hooks, clientKey, principal);
+  }
+
+  private prepareFromPrincipal(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    hooks: IdempotencyHooks,
+    clientKey: string,
+    principal: Principal,
+  ): Prepared | Promise<Prepared> {
     const key = storageKeyOf(scopeOf(hooks.resolveOperation(context, config), principalOf(principal, config.handlerName)), clientKey);
     if (config.options.fingerprint === false) return { key };
-    let material = hooks.fingerprintMaterial(context, config, adapter);
-    if (isThenable(material)) material = await material;
+    const material = hooks.fingerprintMaterial(context, config, config.adapter);
+    if (isThenable(material)) return Promise.resolve(material).then((value) => ({ key, fingerprint: fingerprintOf(value) }));
     return { key, fingerprint: fingerprintOf(material) };
   }
 

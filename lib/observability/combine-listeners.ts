@@ -1,4 +1,5 @@
 import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.js';
+import { listenedTypesOf, listeningTo } from '../core/listened-types.js';
 
 /**
  * One listener that feeds several: pass the result as `onEvent`, e.g. a logger, a
@@ -11,7 +12,7 @@ export function combineListeners(
 ): IdempotencyEventListener {
   const active = listeners.filter((listener): listener is IdempotencyEventListener => typeof listener === 'function');
   if (active.length === 1) return active[0];
-  return (event: IdempotencyEvent) => {
+  const combined = (event: IdempotencyEvent) => {
     for (const listener of active) {
       try {
         listener(event);
@@ -20,4 +21,10 @@ export function combineListeners(
       }
     }
   };
+  // Only when every listener reads some types only does the combination skip the others.
+  const typeSets = active.map(listenedTypesOf);
+  if (typeSets.every((types) => types !== undefined)) {
+    return listeningTo(combined, [...new Set(typeSets.flatMap((types) => [...types!]))]);
+  }
+  return combined;
 }

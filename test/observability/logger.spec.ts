@@ -1,6 +1,8 @@
 import type { LoggerService } from '@nestjs/common';
 import { MemoryIdempotencyStore, makeIdempotent, type IdempotencyEvent } from '../../lib/index.js';
 import { combineListeners, createIdempotencyLogger, formatIdempotencyEvent } from '../../lib/observability/index.js';
+import { IdempotencyEngine } from '../../lib/core/engine.js';
+import { listenedTypesOf, listeningTo } from '../../lib/core/listened-types.js';
 
 /** A LoggerService that keeps its lines, as an app's logger adapter would receive them. */
 class RecordingLogger implements LoggerService {
@@ -100,5 +102,30 @@ describe('combineListeners', () => {
   it('returns the listener itself when only one is given', () => {
     const only = () => undefined;
     expect(combineListeners(undefined, only)).toBe(only);
+  });
+
+  it('builds no event that no listener reads, and still every event a plain listener reads', async () => {
+    // The module's default log reads three rare types: requests must not pay for the rest.
+    const rare: string[] = [];
+    const onlyRare = listeningTo((e) => rare.push(e.type), ['store_error', 'lease_lost']);
+    const engine = new IdempotencyEngine();
+    const policy = { store: new MemoryIdempotencyStore(), ttl: 60_000, leaseTtl: 30_000, waitTimeout: 0, inFlight: 'reject' as const };
+    let built = 0;
+    await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
+    await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
+    const quiet = combineListeners(onlyRare, listeningTo(() => built++, ['lease_lost']));
+    await engine.execute({ key: 'quiet-2' }, { ...policy, onEvent: quiet }, async () => 1);
+    expect(rare).toEqual([]);
+    expect(built).toBe(0);
+    expect([...listenedTypesOf(quiet)!].sort()).toEqual(['lease_lost', 'store_error']);
+
+    // One listener without the mark makes the combination hear everything again (a
+    // marked listener must still ignore what it does not read, as the default log does).
+    const all: string[] = [];
+    const loud = combineListeners(onlyRare, (e) => all.push(e.type));
+    expect(listenedTypesOf(loud)).toBeUndefined();
+    await engine.execute({ key: 'loud' }, { ...policy, onEvent: loud }, async () => 1);
+    await engine.execute({ key: 'loud' }, { ...policy, onEvent: loud }, async () => 1);
+    expect(all).toEqual(['claimed', 'completed', 'replayed']);
   });
 });
