@@ -246,7 +246,7 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--help':
         process.stdout.write(
           'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
+            '  [--stores memory,redis,redisNear,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
             'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
@@ -443,7 +443,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
     options.cpuProfileDir,
   );
   let redis: import('ioredis').Redis | undefined;
-  if (app.stores.includes('redis')) {
+  if (app.stores.includes('redis') || app.stores.includes('redisNear')) {
     const { Redis } = await import('ioredis');
     redis = new Redis(options.redisUrl, { lazyConnect: true });
     await redis.connect();
@@ -462,7 +462,8 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       connections?: number,
     ): Promise<RunSample> => {
       const before = await app.counts();
-      const serverBefore = variant === 'redis' && redis ? await redisScriptCalls(redis) : 0;
+      const onRedis = variant === 'redis' || variant === 'redisNear';
+      const serverBefore = onRedis && redis ? await redisScriptCalls(redis) : 0;
       const sample = sampleOf(await cannon(app.port, { path, key, duration }, connections ?? options.connections));
       const after = await settledCounts(app);
       sample.cpuMicrosPerRequest = (after.cpuMicros - before.cpuMicros) / sample.requests;
@@ -470,7 +471,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
         const sum = (calls: Record<string, number>) => Object.values(calls).reduce((x, y) => x + y, 0);
         sample.storeCalls = sum(after.counts[variant]!.calls) - sum(before.counts[variant]!.calls);
         sample.backendCalls = after.counts[variant]!.backend - before.counts[variant]!.backend;
-        if (variant === 'redis' && redis) sample.serverCommands = (await redisScriptCalls(redis)) - serverBefore;
+        if (onRedis && redis) sample.serverCommands = (await redisScriptCalls(redis)) - serverBefore;
       }
       return sample;
     };
@@ -558,7 +559,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
             : {
                 storeCallsPerRequest: perRequest((r) => r.storeCalls),
                 backendCallsPerRequest: perRequest((r) => r.backendCalls),
-                ...(v === 'redis' ? { serverCommandsPerRequest: perRequest((r) => r.serverCommands) } : {}),
+                ...(v === 'redis' || v === 'redisNear' ? { serverCommandsPerRequest: perRequest((r) => r.serverCommands) } : {}),
               }),
           non2xx: entries.reduce((x, e) => x + e.sample.non2xx, 0),
           errors: entries.reduce((x, e) => x + e.sample.errors, 0),
@@ -670,6 +671,7 @@ function fmt(value: number | undefined, digits = 2): string {
 const STORE_LABEL: Record<StoreName, string> = {
   memory: 'memory',
   redis: 'Redis',
+  redisNear: 'Redis + near cache',
   typeorm: 'TypeORM/PostgreSQL',
   mariadb: 'TypeORM/MariaDB',
 };

@@ -5,9 +5,12 @@ import type { Logger as TypeOrmLogger } from 'typeorm';
 import { CountingStore } from './counting-store.js';
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
 
-/** `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL). */
-export type StoreName = 'memory' | 'redis' | 'typeorm' | 'mariadb';
-export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'typeorm', 'mariadb'];
+/**
+ * `redisNear`: the Redis store with its near cache on (same Redis, own prefix);
+ * `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL).
+ */
+export type StoreName = 'memory' | 'redis' | 'redisNear' | 'typeorm' | 'mariadb';
+export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb'];
 
 export interface BenchStoreOptions {
   /** @default 'redis://127.0.0.1:6379' */
@@ -43,6 +46,7 @@ export interface BenchStore {
  * where only the flags are parsed.
  */
 export function storeModuleReady(name: StoreName): boolean {
+  if (name === 'redisNear') return existsSync(join(LIB_DIR, 'redis', 'near-cache.ts'));
   return name === 'memory' || existsSync(join(LIB_DIR, name === 'mariadb' ? 'typeorm' : name, 'index.ts'));
 }
 
@@ -73,7 +77,9 @@ export async function openStore(name: StoreName, options: BenchStoreOptions): Pr
       };
     }
     case 'redis':
-      return openRedis(options);
+      return openRedis(options, false);
+    case 'redisNear':
+      return openRedis(options, true);
     case 'typeorm':
       return openTypeOrm(options, 'typeorm');
     case 'mariadb':
@@ -81,7 +87,7 @@ export async function openStore(name: StoreName, options: BenchStoreOptions): Pr
   }
 }
 
-async function openRedis(options: BenchStoreOptions): Promise<BenchStore> {
+async function openRedis(options: BenchStoreOptions, near: boolean): Promise<BenchStore> {
   const { Redis } = await import('ioredis');
   const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../lib/redis/index.js')>('redis/index.ts');
   const client = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379', {
@@ -109,18 +115,29 @@ async function openRedis(options: BenchStoreOptions): Promise<BenchStore> {
       return client.evalsha(...args);
     },
     ping: () => client.ping(),
+    // The near cache opens its own tracking connection from the client's settings.
+    ...(near ? { duplicate: (override?: object) => client.duplicate(override), options: client.options } : {}),
   };
-  const prefix = `bench:${options.runId}:`;
-  const store = new CountingStore(new RedisIdempotencyStore(counted as never, { prefix }));
-  return {
-    name: 'redis',
-    store,
-    backendCalls: () => commands,
-    close: async () => {
-      await deleteByPrefix(client, prefix);
-      await client.quit();
-    },
+  const prefix = near ? `bench:${options.runId}:near:` : `bench:${options.runId}:`;
+  const redisStore = new RedisIdempotencyStore(counted as never, near ? { prefix, nearCache: true } : { prefix });
+  const close = async () => {
+    await redisStore.close?.();
+    await deleteByPrefix(client, prefix);
+    await client.quit();
   };
+  if (near) {
+    // Measured once the cache answers (its tracking is proven), not while it is still switching on.
+    await redisStore.verify?.();
+    const deadline = Date.now() + 5_000;
+    while (!redisStore.nearCacheStats?.()?.enabled) {
+      if (Date.now() > deadline) {
+        await close();
+        throw new Error('the near cache did not switch on within 5 s');
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  }
+  return { name: near ? 'redisNear' : 'redis', store: new CountingStore(redisStore), backendCalls: () => commands, close };
 }
 
 /** Removes the bench's records from the shared Redis. */
