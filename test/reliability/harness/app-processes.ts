@@ -31,6 +31,8 @@ export interface AppEnv {
   HARNESS_PG_SCHEMA?: string;
   /** `1`: the handler is `@Idempotent({ transactional: true })` and its effect is a row written in that transaction. */
   HARNESS_TRANSACTIONAL?: string;
+  /** `1`: the Redis store runs with its near cache on. */
+  HARNESS_NEAR_CACHE?: string;
   [name: string]: string | undefined;
 }
 

@@ -23,7 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { Body, Controller, Headers, HttpException, Module, Post, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, type IdempotencyStore } from '../../../lib/index.js';
+import { Idempotent, IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyStore } from '../../../lib/index.js';
 
 const env = process.env;
 const effectDir = required('HARNESS_EFFECT_DIR');
@@ -77,7 +77,7 @@ async function createBackend(): Promise<Backend> {
     client.on('error', () => {});
     await client.connect();
     return {
-      store: new RedisIdempotencyStore(client, { prefix: required('HARNESS_PREFIX') }),
+      store: new RedisIdempotencyStore(client, { prefix: required('HARNESS_PREFIX'), nearCache: env.HARNESS_NEAR_CACHE === '1' }),
       recordEffect: appendEffect,
       close: async () => void client.disconnect(),
     };
@@ -101,6 +101,20 @@ interface WorkBody {
 function buildController(backend: Backend) {
   @Controller()
   class WorkController {
+    constructor(private readonly idempotency: IdempotencyService) {}
+
+    /** Support tooling's forget() of a `/work` key (the near cache scenario forgets from another process). */
+    @Post('forget')
+    forget(@Headers('idempotency-key') key: string) {
+      return this.idempotency.forget(key, { operation: 'POST /work' });
+    }
+
+    /** The Redis store's near cache statistics, or null. */
+    @Post('near-cache-stats')
+    nearCacheStats() {
+      return (backend.store as { nearCacheStats?: () => unknown }).nearCacheStats?.() ?? null;
+    }
+
     @Post('work')
     @Idempotent({ leaseTtl, inFlight: 'reject', transactional })
     async work(
