@@ -132,6 +132,28 @@ describe.each([
   });
 });
 
+describe("near cache with the client's keyPrefix", () => {
+  it('tracks the keys as Redis names them (keyPrefix + prefix), so a delete by another connection is heard', async () => {
+    const keyPrefix = `kp:${randomUUID()}:`;
+    const client = new Redis({ host: '127.0.0.1', port: 6379, keyPrefix, lazyConnect: true, ...recommendedRedisOptions() });
+    const admin = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
+    await Promise.all([client.connect(), admin.connect()]);
+    const store = await nearStore(client);
+    try {
+      await completeAndCache(store, 'k', 'prefixed');
+      const seen = stats(store).invalidations;
+      expect(await admin.del(`${keyPrefix}${store.prefix}{k}`)).toBe(1);
+      await until(() => stats(store).invalidations > seen, 'the invalidation of the delete');
+      expect(stats(store).entries).toBe(0);
+      expect((await store.claim('k', { token: token(), leaseTtl: 30_000 })).claimed).toBe(true);
+    } finally {
+      await store.close();
+      client.disconnect();
+      admin.disconnect();
+    }
+  });
+});
+
 describe('near cache across processes', () => {
   let client: Redis;
   let store: RedisIdempotencyStore;
