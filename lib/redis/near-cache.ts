@@ -66,6 +66,12 @@ const DRIFT_ALLOWANCE = 0.001;
 const FIRST_RETRY_MS = 1_000;
 const MAX_RETRY_MS = 30_000;
 const PROBE_TTL_MS = 5_000;
+/**
+ * How often the tracking connection is pinged while the cache answers: a connection that
+ * died without a close (a network partition) is noticed within this plus the timeout,
+ * not only by `maxAge`.
+ */
+const HEARTBEAT_MS = 5_000;
 const INVALIDATE_CHANNEL = '__redis__:invalidate';
 
 /** The part of an ioredis connection the near cache uses (ioredis 5 and 6 both match). */
@@ -186,6 +192,8 @@ export class NearCache {
   private closed = false;
   private connection: TrackingConnection | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private heartbeatInFlight = false;
   private retryDelay = FIRST_RETRY_MS;
   /** Redis epoch ms minus `performance.now()`, and how far off it may be, from `TIME`. */
   private clockOffset = 0;
@@ -280,6 +288,7 @@ export class NearCache {
     this.disable();
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
+    this.stopHeartbeat();
     const connection = this.connection;
     this.connection = undefined;
     if (!connection) return;
@@ -396,6 +405,46 @@ export class NearCache {
     connection.connect().catch(() => {
       // Reported through 'error'; the client's retryStrategy (or reopenLater) tries again.
     });
+    this.startHeartbeat(connection);
+  }
+
+  /** While the cache answers, a PING every HEARTBEAT_MS; no answer within the timeout means the connection is gone. */
+  private startHeartbeat(connection: TrackingConnection): void {
+    this.stopHeartbeat();
+    this.heartbeat = setInterval(() => {
+      if (!this.enabled || this.heartbeatInFlight || this.connection !== connection) return;
+      this.heartbeatInFlight = true;
+      const generation = this.generation;
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`the near cache connection did not answer PING within ${this.probeTimeout} ms`)),
+          this.probeTimeout,
+        );
+        timer.unref();
+      });
+      Promise.race([connection.call('PING'), late])
+        .catch((error: unknown) => {
+          if (this.connection !== connection || this.generation !== generation || this.closed) return;
+          this.disable();
+          this.report(
+            error,
+            'the near cache connection stopped answering; the cache answers nothing until it is reconnected and proven again',
+          );
+          connection.disconnect(true);
+        })
+        .finally(() => {
+          clearTimeout(timer);
+          this.heartbeatInFlight = false;
+        });
+    }, HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
+    this.heartbeatInFlight = false;
   }
 
   private reopenLater(connection: TrackingConnection): void {
@@ -405,6 +454,7 @@ export class NearCache {
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       if (this.closed || this.connection !== connection) return;
+      this.stopHeartbeat();
       connection.removeAllListeners();
       connection.on('error', () => undefined);
       connection.disconnect();

@@ -348,6 +348,42 @@ describe('near cache without proof of delivery', () => {
   });
 });
 
+describe('near cache on a Redis that hangs', () => {
+  // SIGSTOP: the sockets stay open and nothing answers, as in a network partition. Only
+  // the heartbeat (a PING every 5 s on the tracking connection) can tell.
+  let server: RedisServerHandle;
+  let client: Redis;
+  let store: RedisIdempotencyStore;
+  let frozen = false;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    client = new Redis({ host: '127.0.0.1', port: server.port, lazyConnect: true, ...recommendedRedisOptions({ commandTimeout: 300 }) });
+    client.on('error', () => undefined);
+    await client.connect();
+    store = await nearStore(client, { timeout: 300 });
+    store.addEventListener(() => undefined);
+  }, 30_000);
+  afterAll(async () => {
+    if (frozen) server.signal('SIGCONT');
+    await store?.close();
+    client?.disconnect();
+    await server?.stop();
+  });
+
+  it('switches off and empties when its connection stops answering, and comes back once Redis does', async () => {
+    await completeAndCache(store, 'k-hung', 'kept');
+    server.signal('SIGSTOP');
+    frozen = true;
+    await until(() => !stats(store).enabled, 'the heartbeat to switch the cache off', 15_000);
+    expect(stats(store).entries).toBe(0);
+    server.signal('SIGCONT');
+    frozen = false;
+    await until(() => stats(store).enabled, 'the near cache to switch on again', 15_000);
+    await replayUntilCached(store, 'k-hung', 'kept');
+  }, 40_000);
+});
+
 describe('near cache: a claim in flight when its key is invalidated', () => {
   let client: Redis;
   let admin: Redis;
