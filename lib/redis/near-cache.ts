@@ -72,6 +72,8 @@ const PROBE_TTL_MS = 5_000;
  * not only by `maxAge`.
  */
 const HEARTBEAT_MS = 5_000;
+/** Every this many heartbeats (5 min), the clocks are compared again, so the drift allowance stays small. */
+const CLOCK_EVERY_HEARTBEATS = 60;
 const INVALIDATE_CHANNEL = '__redis__:invalidate';
 
 /** The part of an ioredis connection the near cache uses (ioredis 5 and 6 both match). */
@@ -173,7 +175,8 @@ export function resolveNearCacheOptions(
  * emptying of the cache) before its reply is processed keeps that reply out of the
  * cache, as the invalidation may concern a write that Redis ran after the claim.
  * Every entry is also bounded in time: `maxAge` from the claim that read it, and the
- * record's own expiry on the Redis clock (compared with `TIME` when tracking starts).
+ * record's own expiry on the Redis clock (compared with `TIME` when tracking starts,
+ * then every 5 minutes).
  */
 export class NearCache {
   private readonly entries = new Map<string, Entry>();
@@ -194,6 +197,7 @@ export class NearCache {
   private retryTimer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private heartbeatInFlight = false;
+  private heartbeats = 0;
   private retryDelay = FIRST_RETRY_MS;
   /** Redis epoch ms minus `performance.now()`, and how far off it may be, from `TIME`. */
   private clockOffset = 0;
@@ -415,6 +419,7 @@ export class NearCache {
       if (!this.enabled || this.heartbeatInFlight || this.connection !== connection) return;
       this.heartbeatInFlight = true;
       const generation = this.generation;
+      if (++this.heartbeats % CLOCK_EVERY_HEARTBEATS === 0) void this.compareClocks(generation);
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<never>((_, reject) => {
         timer = setTimeout(
@@ -439,6 +444,30 @@ export class NearCache {
         });
     }, HEARTBEAT_MS);
     this.heartbeat.unref();
+  }
+
+  /**
+   * `TIME` through the user's client (the tracking connection, subscribed over RESP2,
+   * cannot send it): a new offset and measurement time, or nothing if it fails (the
+   * drift allowance keeps growing meanwhile, which only shortens deadlines).
+   */
+  private async compareClocks(generation: number): Promise<void> {
+    try {
+      const before = performance.now();
+      const time = (await this.client.eval(`return redis.call('TIME')`, 0)) as unknown[];
+      const after = performance.now();
+      if (this.generation !== generation || after - before > this.probeTimeout) return;
+      this.setClock(time, before, after);
+    } catch {
+      // The next comparison, or the next connection, measures again.
+    }
+  }
+
+  private setClock(time: unknown[], before: number, after: number): void {
+    const redisNow = Number(String(time[0])) * 1_000 + Math.floor(Number(String(time[1])) / 1_000);
+    this.clockOffset = redisNow - (before + after) / 2;
+    this.clockUncertainty = (after - before) / 2 + 1;
+    this.clockMeasuredAt = after;
   }
 
   private stopHeartbeat(): void {
@@ -473,16 +502,13 @@ export class NearCache {
       const before = performance.now();
       const time = (await connection.call('TIME')) as unknown[];
       const after = performance.now();
-      const redisNow = Number(String(time[0])) * 1_000 + Math.floor(Number(String(time[1])) / 1_000);
       const prefixArgs = this.trackedPrefix === '' ? [] : ['PREFIX', this.trackedPrefix];
       await connection.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', id, 'BCAST', ...prefixArgs);
       await connection.subscribe(INVALIDATE_CHANNEL);
       if (!current()) return;
       await this.proveDelivery(current);
       if (!current()) return;
-      this.clockOffset = redisNow - (before + after) / 2;
-      this.clockUncertainty = (after - before) / 2 + 1;
-      this.clockMeasuredAt = after;
+      this.setClock(time, before, after);
       this.trackingClientId = id;
       this.retryDelay = FIRST_RETRY_MS;
       this.generation++;
