@@ -5,6 +5,8 @@ import Redis from 'ioredis';
 import Redis5 from 'ioredis5';
 import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
 import type { IdempotencyStore } from '../../lib/core/store.js';
+import { Test } from '@nestjs/testing';
+import { IdempotencyModule } from '../../lib/nest/idempotency.module.js';
 import { IdempotencyService } from '../../lib/nest/idempotency.service.js';
 import { RedisIdempotencyStore, recommendedRedisOptions, type RedisIdempotencyStoreOptions } from '../../lib/redis/index.js';
 import { describeStoreContract } from '../../lib/testing/store-contract.js';
@@ -243,6 +245,15 @@ describe('near cache and expiry', () => {
     client?.disconnect();
     admin?.disconnect();
     await server?.stop();
+  });
+
+  it('empties itself on FLUSHDB (an invalidation without a key) and keeps answering afterwards', async () => {
+    await completeAndCache(store, 'k-flushed', 'flushed');
+    const seen = stats(store).invalidations;
+    await admin.flushdb();
+    await until(() => stats(store).invalidations > seen, 'the invalidation of the flush');
+    expect(stats(store)).toMatchObject({ enabled: true, entries: 0 });
+    expect((await store.claim('k-flushed', { token: token(), leaseTtl: 30_000 })).claimed).toBe(true);
   });
 
   it('stops answering a record from memory once its retention has passed on the Redis clock', async () => {
@@ -548,6 +559,25 @@ describe('near cache bounds', () => {
 });
 
 describe('IdempotencyService closes the stores it uses on shutdown', () => {
+  it('starts the near cache at boot (verify) and closes its connection when the application closes, not the client', async () => {
+    const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
+    await client.connect();
+    const store = new RedisIdempotencyStore(client, { prefix: prefix(), nearCache: true });
+    try {
+      const moduleRef = await Test.createTestingModule({ imports: [IdempotencyModule.forRoot({ store, logger: false })] }).compile();
+      const app = moduleRef.createNestApplication();
+      await app.init();
+      await until(() => stats(store).enabled, 'the near cache to switch on after app.init()');
+      await app.close();
+      expect(stats(store).enabled).toBe(false);
+      expect(trackingClientId(store)).toBeUndefined();
+      expect(await client.ping()).toBe('PONG');
+    } finally {
+      await store.close();
+      client.disconnect();
+    }
+  });
+
   it('closes the module store and each handler store once, and logs a failing close', async () => {
     const closable = () => ({ close: jest.fn(async () => undefined) }) as unknown as IdempotencyStore & { close: jest.Mock };
     const own = closable();
