@@ -147,26 +147,33 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return `${this.prefix}{${key}}`;
   }
 
-  async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
-    const leaseTtl = wholeMs(request.leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.claim');
+  claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     const nearCache = this.nearCache;
-    if (nearCache === undefined) return this.claimInRedis(key, request, leaseTtl);
-    const cached = nearCache.lookup(key);
-    if (cached !== undefined) return cached;
+    if (nearCache === undefined) return this.claimInRedis(key, request);
+    // A hit costs no Redis call and no extra promise job (an invalid leaseTtl is refused below, as without the cache).
+    if (Number.isSafeInteger(request.leaseTtl) && request.leaseTtl >= 1) {
+      const cached = nearCache.lookup(key);
+      if (cached !== undefined) return Promise.resolve(cached);
+    }
+    return this.claimThroughNearCache(nearCache, key, request);
+  }
+
+  private async claimThroughNearCache(nearCache: NearCache, key: string, request: ClaimRequest): Promise<ClaimResult> {
     // Registered before the script is sent: an invalidation of this key that arrives on
     // the other connection before this reply keeps the reply out of the cache.
     const read = nearCache.beginRead(key);
-    if (read === undefined) return this.claimInRedis(key, request, leaseTtl);
+    if (read === undefined) return this.claimInRedis(key, request);
     let result: ClaimResult | undefined;
     try {
-      result = await this.claimInRedis(key, request, leaseTtl);
+      result = await this.claimInRedis(key, request);
       return result;
     } finally {
       nearCache.endRead(key, read, result);
     }
   }
 
-  private async claimInRedis(key: string, request: ClaimRequest, leaseTtl: number): Promise<ClaimResult> {
+  private async claimInRedis(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const leaseTtl = wholeMs(request.leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.claim');
     const hasFingerprint = request.fingerprint !== undefined;
     const reply = (await this.scripts.run(CLAIM, this.redisKey(key), [
       request.token,
