@@ -428,7 +428,9 @@ export class Lease {
     const callStartedAt = Date.now();
     try {
       const owned = await write.send();
-      await this.report(write, owned, false, callStartedAt);
+      // The usual answer is reported here, without a further async step per execution.
+      if (owned) emit(this.policy, write.success, this.key, this.startedAt, { storeLatencyMs: Date.now() - callStartedAt });
+      else await this.report(write, owned, false, callStartedAt);
     } catch (error) {
       emit(this.policy, 'store_error', this.key, this.startedAt, { error, failOpen: false, storeLatencyMs: Date.now() - callStartedAt });
       this.retryStoreWrite(write);

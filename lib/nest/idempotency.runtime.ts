@@ -306,7 +306,8 @@ export class IdempotencyRuntime {
       throw answer;
     }
     await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));
-    await adapter.settle?.(context, config, 'stored');
+    // Not `await adapter.settle?.()`: awaiting nothing still costs every HTTP request a tick.
+    if (adapter.settle) await adapter.settle(context, config, 'stored');
     return value;
   }
 
@@ -352,10 +353,10 @@ export class IdempotencyRuntime {
       throw new IdempotencyStoreUnavailableError(error);
     }
     if (outcome.kind === 'executed') {
-      await adapter.settle?.(context, config, 'stored');
+      if (adapter.settle) await adapter.settle(context, config, 'stored');
       return outcome.value;
     }
-    await adapter.settle?.(context, config, 'replayed');
+    if (adapter.settle) await adapter.settle(context, config, 'replayed');
     return this.replay(context, config, deserializeOutcome(outcome.result), call);
   }
 

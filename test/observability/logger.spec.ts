@@ -109,7 +109,15 @@ describe('combineListeners', () => {
     const rare: string[] = [];
     const onlyRare = listeningTo((e) => rare.push(e.type), ['store_error', 'lease_lost']);
     const engine = new IdempotencyEngine();
-    const policy = { store: new MemoryIdempotencyStore(), ttl: 60_000, leaseTtl: 30_000, waitTimeout: 0, inFlight: 'reject' as const };
+    const policy = {
+      store: new MemoryIdempotencyStore(),
+      ttl: 60_000,
+      leaseTtl: 30_000,
+      waitTimeout: 0,
+      inFlight: 'reject' as const,
+      onStoreError: 'fail-closed' as const,
+      maxResponseBytes: 1_048_576,
+    };
     let built = 0;
     await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
     await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
