@@ -13,33 +13,36 @@ import { LOG_WINDOW_MS, RateLimitedLog } from '../observability/rate-limited-log
  */
 export class IdempotencyLog {
   /** Feeds the events worth a line to the logger; every other event returns at once. */
-  readonly listener: IdempotencyEventListener = listeningTo((event) => {
-    switch (event.type) {
-      case 'store_error':
-        // A store that reports a configuration error (a missing table) is not an outage:
-        // the request path logs it as a configuration error.
-        if (isIdempotencyError(event.error) && event.error.code === IdempotencyErrorCode.Configuration) return;
-        return this.warn(
-          `store_error:${event.failOpen ? 'open' : 'closed'}:${causeOf(event.error)}`,
-          event.failOpen
-            ? `The idempotency store failed and the handler ran WITHOUT protection (onStoreError: 'fail-open'). ${formatIdempotencyEvent(event)}`
-            : `The idempotency store failed. ${formatIdempotencyEvent(event)}`,
-        );
-      case 'lease_lost':
-        return this.warn(
-          `lease_lost:${event.handler ?? ''}`,
-          `A lease was lost: another worker may run the same key again. Raise leaseTtl above the handler's longest run. ${formatIdempotencyEvent(event)}`,
-        );
-      case 'evicted_before_expiry':
-        return this.warn(
-          'evicted_before_expiry',
-          `The memory store dropped a result before its ttl (${event.reason ?? 'store full'}): a retry with that key would run the handler again. ` +
-            'Raise MemoryIdempotencyStore maxEntries, or use the Redis or TypeORM store (docs/getting-started.md).',
-        );
-      default:
-        return;
-    }
-  }, ['store_error', 'lease_lost', 'evicted_before_expiry']);
+  readonly listener: IdempotencyEventListener = listeningTo(
+    (event) => {
+      switch (event.type) {
+        case 'store_error':
+          // A store that reports a configuration error (a missing table) is not an outage:
+          // the request path logs it as a configuration error.
+          if (isIdempotencyError(event.error) && event.error.code === IdempotencyErrorCode.Configuration) return;
+          return this.warn(
+            `store_error:${event.failOpen ? 'open' : 'closed'}:${causeOf(event.error)}`,
+            event.failOpen
+              ? `The idempotency store failed and the handler ran WITHOUT protection (onStoreError: 'fail-open'). ${formatIdempotencyEvent(event)}`
+              : `The idempotency store failed. ${formatIdempotencyEvent(event)}`,
+          );
+        case 'lease_lost':
+          return this.warn(
+            `lease_lost:${event.handler ?? ''}`,
+            `A lease was lost: another worker may run the same key again. Raise leaseTtl above the handler's longest run. ${formatIdempotencyEvent(event)}`,
+          );
+        case 'evicted_before_expiry':
+          return this.warn(
+            'evicted_before_expiry',
+            `The memory store dropped a result before its ttl (${event.reason ?? 'store full'}): a retry with that key would run the handler again. ` +
+              'Raise MemoryIdempotencyStore maxEntries, or use the Redis or TypeORM store (docs/getting-started.md).',
+          );
+        default:
+          return;
+      }
+    },
+    ['store_error', 'lease_lost', 'evicted_before_expiry'],
+  );
 
   private readonly log: RateLimitedLog | undefined;
 

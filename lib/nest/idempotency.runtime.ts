@@ -240,7 +240,12 @@ export class IdempotencyRuntime {
     return this.prepareFromKey(context, config, hooks, raw);
   }
 
-  private prepareFromKey(context: ExecutionContext, config: ResolvedHandlerConfig, hooks: IdempotencyHooks, raw: unknown): Prepared | Promise<Prepared> {
+  private prepareFromKey(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    hooks: IdempotencyHooks,
+    raw: unknown,
+  ): Prepared | Promise<Prepared> {
     const adapter = config.adapter;
     if (raw === undefined || raw === null || raw === '') {
       if (!config.required) return undefined;

@@ -121,7 +121,10 @@ describe('combineListeners', () => {
     let built = 0;
     await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
     await engine.execute({ key: 'quiet' }, { ...policy, onEvent: onlyRare }, async () => 1);
-    const quiet = combineListeners(onlyRare, listeningTo(() => built++, ['lease_lost']));
+    const quiet = combineListeners(
+      onlyRare,
+      listeningTo(() => built++, ['lease_lost']),
+    );
     await engine.execute({ key: 'quiet-2' }, { ...policy, onEvent: quiet }, async () => 1);
     expect(rare).toEqual([]);
     expect(built).toBe(0);
