@@ -23,8 +23,10 @@ export function compareResults(before: BenchResult[], after: BenchResult[]): str
   for (const [platform, result] of Object.entries(first?.http ?? {}) as [Platform, NonNullable<BenchResult['http'][Platform]>][]) {
     for (const [c, byVariant] of Object.entries(result.cases) as [HttpCase, Partial<Record<Variant, CaseSummary>>][]) {
       for (const v of Object.keys(byVariant) as Variant[]) {
+        // A store one side did not measure (a store added by the change) shows as a dash there.
+        const shown = (value: number, digits: number) => (Number.isFinite(value) ? value.toFixed(digits) : '–');
         const cell = (figure: Figure, digits: number) =>
-          `${pick(before, platform, c, v, figure).toFixed(digits)} → ${pick(after, platform, c, v, figure).toFixed(digits)}`;
+          `${shown(pick(before, platform, c, v, figure), digits)} → ${shown(pick(after, platform, c, v, figure), digits)}`;
         lines.push(
           `| ${platform} | ${c} | ${v} | ${cell('rpsRatio', 2)} | ${cell('addedCpuMicrosPerRequest', 0)} | ${cell('p99Ratio', 2)} |`,
         );
