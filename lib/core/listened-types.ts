@@ -8,7 +8,7 @@ import type { IdempotencyEventListener, IdempotencyEventType } from './events.js
  * Internal: a `Symbol.for()` key, as the ESM and CommonJS copies of the library can
  * meet in one process.
  */
-export const LISTENED_TYPES = Symbol.for('nestjs-idempotency:listenedEventTypes');
+const LISTENED_TYPES = Symbol.for('nestjs-idempotency:listenedEventTypes');
 
 type MarkedListener = IdempotencyEventListener & { [LISTENED_TYPES]?: ReadonlySet<IdempotencyEventType> };
 

@@ -19,6 +19,7 @@ import {
   type RedisClientLike,
 } from './redis-client.js';
 import { RateLimitedLog } from '../observability/rate-limited-log.js';
+import { StoreEventListeners } from '../core/store-events.js';
 
 /** Options of `RedisIdempotencyStore`. */
 export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
@@ -128,7 +129,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly prefix: string;
   private readonly scripts: RedisScriptRunner;
   private readonly nearCache: NearCache | undefined;
-  private readonly listeners = new Set<IdempotencyEventListener>();
+  private readonly listeners = new StoreEventListeners();
   private fallbackLog: RateLimitedLog | undefined;
 
   constructor(client: RedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
@@ -244,20 +245,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** Listeners of the near cache's `store_error` events (IdempotencyModule adds its own). */
   addEventListener(listener: IdempotencyEventListener): () => void {
-    this.listeners.add(listener);
-    return () => void this.listeners.delete(listener);
+    return this.listeners.add(listener);
   }
 
   private reportNearCacheError(error: unknown, reason: string): void {
     const at = Date.now();
     const event: IdempotencyEvent = { type: 'store_error', key: '', at, durationMs: 0, error, reason: `RedisIdempotencyStore: ${reason}` };
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch {
-        // One broken listener must not keep the others from hearing it.
-      }
-    }
+    this.listeners.emit(event);
     if (this.listeners.size > 0) return;
     // Nobody listens (the store is used without the module): a rate-limited warning.
     this.fallbackLog ??= new RateLimitedLog(consoleLogger);

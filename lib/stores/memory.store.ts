@@ -2,6 +2,7 @@ import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord 
 import type { IdempotencyEventListener } from '../core/events.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
 import { ExpiringMap } from '../core/expiring-map.js';
+import { StoreEventListeners } from '../core/store-events.js';
 import { checkWholeNumber } from '../core/options.js';
 
 export interface MemoryIdempotencyStoreOptions {
@@ -29,7 +30,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly leases = new ExpiringMap<string, InProgressRecord>((lease) => lease.leaseExpiresAt);
   private readonly completed = new ExpiringMap<string, CompletedRecord>((done) => done.expiresAt);
   readonly maxEntries: number;
-  private readonly listeners = new Set<IdempotencyEventListener>();
+  private readonly listeners = new StoreEventListeners();
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
     checkWholeNumber('MemoryIdempotencyStore', 'maxEntries', options.maxEntries, { example: '10_000' });
@@ -132,8 +133,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   /** Listeners of `evicted_before_expiry` (IdempotencyModule adds its own). */
   addEventListener(listener: IdempotencyEventListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.listeners.add(listener);
   }
 
   private evictOneCompleted(now: number): boolean {
@@ -147,13 +147,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
         durationMs: 0,
         reason: `MemoryIdempotencyStore is full (maxEntries ${this.maxEntries}); the result had ${evicted.expiresAt - now} ms of its ttl left`,
       };
-      for (const listener of this.listeners) {
-        try {
-          listener(event);
-        } catch {
-          // A faulty listener must not fail the claim that made room.
-        }
-      }
+      this.listeners.emit(event);
     }
     return true;
   }

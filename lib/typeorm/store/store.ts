@@ -15,6 +15,7 @@ import type {
 import { configurationErrorOf } from './failures.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { RateLimitedLog } from '../../observability/rate-limited-log.js';
+import { StoreEventListeners } from '../../core/store-events.js';
 import {
   DEFAULT_RECORDS_TABLE,
   defaultSchemaOf,
@@ -115,7 +116,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private scheduledRun: Promise<void> | undefined;
   private retries = 0;
   private lockRetries = 0;
-  private readonly listeners = new Set<IdempotencyEventListener>();
+  private readonly listeners = new StoreEventListeners();
   private purgeLog: RateLimitedLog | undefined;
   readonly purgeBatchSize: number;
 
@@ -192,8 +193,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * registered, the store leaves logging to them.
    */
   addEventListener(listener: IdempotencyEventListener): () => void {
-    this.listeners.add(listener);
-    return () => void this.listeners.delete(listener);
+    return this.listeners.add(listener);
   }
 
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
@@ -342,7 +342,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       this.options,
       (event) => {
         this.lockRetries++;
-        this.emit(event);
+        this.listeners.emit(event);
       },
     );
     if (!this.ready) this.becomeReady();
@@ -487,17 +487,6 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
   }
 
-  /** Hands a store-wide event to every listener. */
-  private emit(event: IdempotencyEvent): void {
-    for (const listener of this.listeners) {
-      try {
-        listener(event);
-      } catch {
-        // One broken listener must not keep the others (or the next purge) from running.
-      }
-    }
-  }
-
   private reportPurgeFailure(error: unknown, startedAt: number): void {
     const event: IdempotencyEvent = {
       type: 'store_error',
@@ -507,7 +496,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       error,
       reason: `the background purge of expired records in ${this.resolvedSql?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
     };
-    this.emit(event);
+    this.listeners.emit(event);
     if (this.options.onPurgeError) {
       try {
         this.options.onPurgeError(error);
