@@ -1,6 +1,5 @@
-import { startRedisServer, type RedisServerHandle } from '../support/redis-servers.js';
 import { isSuccess } from './harness/client.js';
-import { formatStats, type InvariantReport } from './harness/invariant.js';
+import { expectRedisInvariant, useRedisHarness } from './harness/redis.js';
 import { HarnessRun, sleep, waitFor } from './harness/scenario.js';
 
 // The Redis scenarios of invariant.redis.spec.ts with the store's near cache on in both
@@ -8,39 +7,7 @@ import { HarnessRun, sleep, waitFor } from './harness/scenario.js';
 // in one process is never answered with the forgotten result by the other, through the
 // whole HTTP stack (module, interceptor, store).
 describe('invariant harness: Redis store with its near cache, two processes', () => {
-  let redis: RedisServerHandle;
-  const runs: HarnessRun[] = [];
-
-  beforeAll(async () => {
-    redis = await startRedisServer({ args: ['--appendonly', 'yes', '--appendfsync', 'always'] });
-  }, 30_000);
-  afterAll(async () => {
-    await Promise.all(runs.map((run) => run.stop()));
-    await redis?.stop();
-  }, 30_000);
-
-  async function startRun(): Promise<HarnessRun> {
-    const run = new HarnessRun({
-      apps: 2,
-      leaseTtl: 4_000,
-      env: {
-        HARNESS_STORE: 'redis',
-        HARNESS_NEAR_CACHE: '1',
-        HARNESS_REDIS_PORT: String(redis.port),
-        HARNESS_PREFIX: `harness:${Math.random().toString(36).slice(2)}:`,
-      },
-    });
-    runs.push(run);
-    await run.start();
-    return run;
-  }
-
-  function expectInvariant(run: HarnessRun, report: InvariantReport & { unsettled: string[] }): void {
-    const context = `seed=${run.seed} ${formatStats(report.stats)} faults=${JSON.stringify(run.faults)}`;
-    expect({ context, violations: report.violations, unsettled: report.unsettled }).toEqual({ context, violations: [], unsettled: [] });
-    expect(report.stats.effects).toBe(report.stats.keys);
-    expect(report.stats.replays).toBeGreaterThan(0);
-  }
+  const harness = useRedisHarness({ HARNESS_NEAR_CACHE: '1' });
 
   interface NearCacheStats {
     enabled: boolean;
@@ -63,36 +30,36 @@ describe('invariant harness: Redis store with its near cache, two processes', ()
   const statsOf = async (run: HarnessRun, app: number) => (await post(run, app, '/near-cache-stats', 'stats')).body as NearCacheStats;
 
   it('keeps the invariant when an application process is SIGKILLed mid-handler', async () => {
-    const run = await startRun();
+    const run = await harness.startRun();
     run.startLoad();
     await sleep(1_000);
     await run.killMidHandler(1);
     await sleep(1_000);
     const report = await run.finish();
-    expectInvariant(run, report);
+    expectRedisInvariant(run, report);
   }, 60_000);
 
   it('keeps the invariant when Redis is killed and restarted: the caches switch off, empty, and come back', async () => {
-    const run = await startRun();
+    const run = await harness.startRun();
     run.startLoad();
     await sleep(1_000);
     run.client.phase = 'redis-down';
     run.faults.push({ kind: 'redis-sigkill', at: Date.now() });
-    await redis.kill('SIGKILL');
+    await harness.redis.kill('SIGKILL');
     await waitFor(async () => !(await statsOf(run, 0)).enabled && !(await statsOf(run, 1)).enabled, 10_000, 'both caches to switch off');
     await sleep(500);
-    await redis.restart();
+    await harness.redis.restart();
     run.client.phase = 'after-restart';
     await waitFor(() => run.outcomesIn('after-restart').some((o) => isSuccess(o.status)), 15_000, 'a success after the restart');
     await waitFor(async () => (await statsOf(run, 0)).enabled && (await statsOf(run, 1)).enabled, 15_000, 'both caches to switch on again');
     await sleep(500);
     const report = await run.finish();
-    expectInvariant(run, report);
+    expectRedisInvariant(run, report);
     expect(run.client.outcomes.filter((o) => o.status === 'timeout')).toEqual([]);
   }, 60_000);
 
   it('never replays a result that another process forgot, nor the old one after it ran again there (100 keys)', async () => {
-    const run = await startRun();
+    const run = await harness.startRun();
     const stale: string[] = [];
     const hitsBefore = (await statsOf(run, 0)).hits;
     for (let i = 0; i < 100; i++) {
