@@ -3,7 +3,6 @@ import { IdempotencyErrorCode, type IdempotencyError } from '../core/index.js';
 import { MethodAdapter } from './method.adapter.js';
 import type { ResolvedHandlerConfig } from './transport.adapter.js';
 
-/** The members of a BullMQ `Job` this adapter reads (bullmq itself is never imported). */
 /**
  * Refusals that the same job meets again on every attempt (another payload under its
  * key, no usable key, a result that cannot be replayed): retrying cannot help.
@@ -16,15 +15,43 @@ const PERMANENT = new Set<string>([
   IdempotencyErrorCode.NotReplayable,
 ]);
 
+/** The members of a BullMQ `Job` this adapter reads (bullmq itself is never imported). */
 interface JobLike {
   id?: string;
   name?: string;
   data?: unknown;
+  /** When the job was added (epoch ms): set once by BullMQ, kept by every retry, stall and `job.retry()`. */
+  timestamp?: number;
 }
 
 /**
- * `process(job)` of an @nestjs/bullmq `WorkerHost`. The key is the job id (producers
- * may set `jobId` to a business key), or the `key` option over `(job, token)`; the
+ * BullMQ's own job ids are a per-queue counter (`INCR`), written as digits only; BullMQ
+ * refuses such custom ids ("Custom Id cannot be integers"), so an id of digits is always
+ * the counter's.
+ */
+const COUNTER_ID = /^[0-9]+$/;
+
+/**
+ * The default key of a job. A custom `jobId` is the producer's business key and is the
+ * key as it is: a job added again under it after the first one was removed is the same
+ * work. A counter id is not: the counter restarts (`obliterate()`, a flushed or new
+ * BullMQ Redis), and job `7` of today is not job `7` of yesterday, so the key adds the
+ * time the job was added: `7:1764625404000`. The `:` keeps these keys apart from every
+ * custom id (BullMQ refuses `:` in them). Undefined when the job has no id, or a counter
+ * id without its timestamp (never a key that could name another job).
+ */
+export function defaultJobKey(job: JobLike | undefined): string | undefined {
+  const id = job?.id === undefined || job.id === null ? undefined : String(job.id);
+  if (id === undefined || id === '') return undefined;
+  if (!COUNTER_ID.test(id)) return id;
+  const timestamp = job?.timestamp;
+  return typeof timestamp === 'number' && Number.isSafeInteger(timestamp) && timestamp > 0 ? `${id}:${timestamp}` : undefined;
+}
+
+/**
+ * `process(job)` of an @nestjs/bullmq `WorkerHost`. The key is the producer's `jobId`
+ * (a business key), else BullMQ's own id with the time the job was added (see
+ * `defaultJobKey`), or the `key` option over `(job, token)`; the
  * fingerprint is the job's name and data. The job's return value is stored, so a
  * stalled or retried job whose earlier attempt completed gets it without running again.
  * A thrown error releases the key and reaches BullMQ, whose own retry (`attempts`,
@@ -36,11 +63,13 @@ interface JobLike {
  */
 export class BullMqAdapter extends MethodAdapter {
   override readKey(context: ExecutionContext): unknown {
-    return context.getArgByIndex<JobLike | undefined>(0)?.id;
+    return defaultJobKey(context.getArgByIndex<JobLike | undefined>(0));
   }
 
   override describeKeySource(config: ResolvedHandlerConfig): string {
-    return config.options.key ? `the key option of ${config.handlerName} (it returned nothing for this job)` : 'the job id (job.id)';
+    return config.options.key
+      ? `the key option of ${config.handlerName} (it returned nothing for this job)`
+      : 'the job id (job.id, with job.timestamp when BullMQ generated the id)';
   }
 
   override fingerprintMaterial(context: ExecutionContext): unknown {
