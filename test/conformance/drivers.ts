@@ -1,0 +1,51 @@
+/**
+ * Every entry point that has a conformance driver, and what in the library it serves.
+ * `registry.spec.ts` reads the entry points from the library's code (the adapters of
+ * IdempotencyRuntime, the method kinds of method-target.ts, every function that runs the
+ * idempotency protocol) and fails when one is served by no driver here; each driver's
+ * suite is `test/conformance/<entry>.conformance.spec.ts`.
+ *
+ * `serves`:
+ * - `adapter:<key>`: a transport adapter of `IdempotencyRuntime` (its `adapters` record);
+ * - `method:<kind>`: a `MethodKind` of lib/nest/method-target.ts (provider methods, jobs, schedules);
+ * - `caller:<name>`: a function outside the runtime that runs the protocol itself (`makeIdempotent`).
+ */
+export const CONFORMANCE_DRIVERS = {
+  express: { serves: 'adapter:http', what: 'HTTP routes on @nestjs/platform-express' },
+  fastify: { serves: 'adapter:http', what: 'HTTP routes on @nestjs/platform-fastify' },
+  tcp: { serves: 'adapter:rpc', what: '@MessagePattern handlers on Transport.TCP (key option over the payload)' },
+  nats: { serves: 'adapter:rpc', what: '@MessagePattern handlers on Transport.NATS (key from the Idempotency-Key header)' },
+  graphql: { serves: 'adapter:graphql', what: 'GraphQL mutations (Apollo, code first)' },
+  'service-method': { serves: 'method:method', what: '@Idempotent({ key }) on a provider method your code calls' },
+  event: { serves: 'method:method', what: '@Idempotent({ key }) on an @OnEvent() listener (emitAsync)' },
+  bullmq: { serves: 'method:bullmq', what: 'process(job) of an @nestjs/bullmq WorkerHost' },
+  cron: { serves: 'method:cron', what: 'an @nestjs/schedule @Cron() job' },
+  interval: { serves: 'method:interval', what: 'an @nestjs/schedule @Interval() job' },
+  'make-idempotent': { serves: 'caller:makeIdempotent', what: 'makeIdempotent(fn, { store, key })' },
+  'service-run': { serves: 'caller:IdempotencyService.run', what: 'IdempotencyService.run(key, fn, { scope, fingerprint })' },
+} as const satisfies Record<string, { serves: string; what: string }>;
+
+export type EntryId = keyof typeof CONFORMANCE_DRIVERS;
+
+/**
+ * Entry points one adapter or kind serves in several ways, each of which needs its own
+ * driver: the issue names Express and Fastify, TCP and a broker, provider methods and
+ * `@OnEvent()` listeners (both `method` kind, told apart by `MethodTarget.events`).
+ */
+export const REQUIRED_DRIVERS: Record<string, ReadonlyArray<readonly EntryId[]>> = {
+  'adapter:http': [['express'], ['fastify']],
+  'adapter:rpc': [['tcp'], ['nats']],
+  'method:method': [['service-method'], ['event']],
+};
+
+/**
+ * Functions that run the protocol (the engine's `execute` / `admit`, a store's
+ * `runTransactional`) and what they serve: the runtime serves every adapter and method
+ * kind (counted above); the others are entry points of their own.
+ */
+export const PROTOCOL_CALLERS: Record<string, string> = {
+  'IdempotencyRuntime.execute': 'runtime',
+  'IdempotencyRuntime.runTransactional': 'runtime',
+  makeIdempotent: 'caller:makeIdempotent',
+  'IdempotencyService.run': 'caller:IdempotencyService.run',
+};
