@@ -10,6 +10,7 @@ import {
   type StoredOutcome,
 } from '../core/index.js';
 import { keyFromHeaders } from './http.adapter.js';
+import { captureShaped, restoreShaped, UnshapeableValueError } from './graphql/replay-shape.js';
 import { principalOfUser } from './principal.js';
 import { problemOf } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
@@ -20,6 +21,9 @@ interface ResolveInfoLike {
   parentType?: { name?: string };
   path?: ResponsePath;
   operation?: { operation?: string };
+  /** graphql-js's `GraphQLOutputType` and `GraphQLSchema`, read by `captureShaped`. */
+  returnType?: unknown;
+  schema?: unknown;
 }
 
 interface ResponsePath {
@@ -120,16 +124,23 @@ export class GraphqlTransportAdapter implements TransportAdapter {
   }
 
   /**
-   * The value, with the paths of its `Date`s beside it when it has any: JSON turns them
-   * into strings, and Nest's `DateTime` scalar serializes only `Date` objects (a string
-   * would answer `null`), so a replay gets them back as `Date`s.
+   * The value walked along the mutation's return type (see `captureShaped`): the runtime
+   * type of each object at a union or interface position, getter fields materialised,
+   * and custom scalar values (a `Date`) as the scalar serializes them, so that a replay
+   * resolves as the first answer did.
    */
-  captureValue(_context: ExecutionContext, value: unknown): StoredOutcome {
+  captureValue(context: ExecutionContext, value: unknown): StoredOutcome {
     const reason = unstorableReason(value);
     if (reason) return { kind: 'unstorable', reason };
-    const dates: DatePath[] = [];
-    collectDates(value, [], dates, []);
-    return { kind: 'value', value: encodeValue(dates.length > 0 ? { [DATES]: dates, value } : value) };
+    let shaped: unknown;
+    try {
+      shaped = captureShaped(value, context.getArgByIndex<unknown>(2), infoOf(context));
+    } catch (error) {
+      if (error instanceof UnshapeableValueError) return { kind: 'unstorable', reason: error.message };
+      // A getter or toJSON the schema walk does not survive: stored as JSON writes it, as before.
+      shaped = value;
+    }
+    return { kind: 'value', value: encodeValue(shaped) };
   }
 
   /** A cached error (`cacheErrors`): an HttpException by its status and body, any other by its message and `extensions`. */
@@ -157,7 +168,7 @@ export class GraphqlTransportAdapter implements TransportAdapter {
   }
 
   replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
-    if (outcome.kind === 'value') return withDates(decodeValue(outcome.value));
+    if (outcome.kind === 'value') return restoreShaped(withDates(decodeValue(outcome.value)), infoOf(context));
     if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
     const props = outcome.error.props ?? {};
     if (typeof props.status === 'number' && props.body !== undefined) {
@@ -205,39 +216,11 @@ function requestOf(context: ExecutionContext): HttpRequestLike | undefined {
   return typeof request === 'object' && request !== null ? request : undefined;
 }
 
-/** Where a stored value keeps the paths of its `Date`s (a name no resolver value uses). */
+/** Where a value stored by 0.4.0 keeps the paths of its `Date`s (records written since carry them as scalar marks). */
 const DATES = '__nestjsIdempotencyDates';
-/** Deep enough for any result type; deeper `Date`s come back as strings. */
-const MAX_DATE_DEPTH = 64;
 type DatePath = readonly (string | number)[];
 
-function collectDates(value: unknown, path: (string | number)[], found: DatePath[], open: object[]): void {
-  if (typeof value !== 'object' || value === null) return;
-  if (value instanceof Date) {
-    if (!Number.isNaN(value.getTime())) found.push([...path]);
-    return;
-  }
-  // What JSON writes through toJSON() (or not at all) is not walked; nor cycles (JSON refuses them anyway).
-  if (path.length >= MAX_DATE_DEPTH || typeof (value as { toJSON?: unknown }).toJSON === 'function' || open.includes(value)) return;
-  if (ArrayBuffer.isView(value)) return;
-  open.push(value);
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      path.push(i);
-      collectDates(value[i], path, found, open);
-      path.pop();
-    }
-  } else {
-    for (const key of Object.keys(value)) {
-      path.push(key);
-      collectDates((value as Record<string, unknown>)[key], path, found, open);
-      path.pop();
-    }
-  }
-  open.pop();
-}
-
-/** A stored value with its `Date`s restored (see `captureValue`). */
+/** A value stored by 0.4.0 with the paths of its `Date`s beside it, with its `Date`s restored. */
 function withDates(stored: unknown): unknown {
   if (typeof stored !== 'object' || stored === null || !Array.isArray((stored as Record<string, unknown>)[DATES])) return stored;
   const { [DATES]: dates, value } = stored as { [DATES]: DatePath[]; value: unknown };
