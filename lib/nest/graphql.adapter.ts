@@ -81,7 +81,8 @@ export class IdempotencyGraphQLError extends IntrinsicException {
  *   carries the operation, under the HTTP rules (one value, structured-field strings).
  * - Scope: `graphql Mutation.refund @a`, the field and its response path (alias-aware),
  *   so several mutations of one operation, sent with one key, each get their own record.
- * - Fingerprint: the field's arguments. Principal: `request.user`, as on HTTP.
+ * - Fingerprint: the field's arguments. Principal: the id of the GraphQL context's `user`
+ *   and of `request.user` (they must agree), as on HTTP.
  * - A duplicate gets the stored value as the field's value; refusals are GraphQL errors
  *   whose `extensions.code` is the library's stable code.
  */
@@ -113,9 +114,24 @@ export class GraphqlTransportAdapter implements TransportAdapter {
       : `${header} of the HTTP request carrying the GraphQL operation`;
   }
 
-  /** `request.user`'s id, as on HTTP (see `principalOfUser`). */
+  /**
+   * Who is asking: the id of the GraphQL context's `user` (where an Apollo or Mercurius
+   * context factory, a graphql-ws `onConnect` or an auth guard puts it) and of
+   * `request.user` (Passport on the HTTP request), read as on HTTP (see `principalOfUser`).
+   * Either alone is the principal; both must name the same one, or the mutation is
+   * refused: which of two identities is the caller is the application's decision (the
+   * `scope` option), never a guess that could hand one user's record to another.
+   */
   principal(context: ExecutionContext): string | number | undefined {
-    return principalOfUser(requestOf(context)?.user, 'mutation', '(ctx) => ctx.getArgByIndex(2).req.user.accountId');
+    const fromRequest = principalOfUser(requestOf(context)?.user, 'mutation', SCOPE_EXAMPLE);
+    const user = contextOf(context)?.user;
+    if (user === undefined || user === null || user === false || user === requestOf(context)?.user) return fromRequest;
+    const fromContext = principalOfUser(user, 'mutation', SCOPE_EXAMPLE, "the GraphQL context's user");
+    if (fromRequest === undefined || String(fromRequest) === String(fromContext)) return fromContext;
+    throw new IdempotencyConfigurationError(
+      "@Idempotent() cannot tell who sent this mutation: the GraphQL context's user and request.user identify different principals.",
+      `Put one user in the GraphQL context (e.g. context: ({ req }) => ({ req, user: req.user })), or say which one scopes the key: @Idempotent({ scope: ${SCOPE_EXAMPLE} }) or the same \`scope\` option in IdempotencyModule.forRoot().`,
+    );
   }
 
   /** The field's arguments, as graphql-js coerced them (variables substituted, defaults applied). */
@@ -197,6 +213,15 @@ export function graphqlOperationOf(context: ExecutionContext): string {
   return `graphql ${field} @${info?.path ? pathOf(info.path) : (info?.fieldName ?? handler.name)}`;
 }
 
+/** How a `scope` option reads the principal of a mutation (the GraphQL context is the third resolver argument). */
+const SCOPE_EXAMPLE = '(ctx) => ctx.getArgByIndex(2).user.accountId';
+
+/** The GraphQL context: the third resolver argument. */
+function contextOf(context: ExecutionContext): Record<string, unknown> | undefined {
+  const graphqlContext = context.getArgByIndex<unknown>(2);
+  return typeof graphqlContext === 'object' && graphqlContext !== null ? (graphqlContext as Record<string, unknown>) : undefined;
+}
+
 /** Resolver arguments are `(root, args, context, info)`. */
 function infoOf(context: ExecutionContext): ResolveInfoLike | undefined {
   const info = context.getArgByIndex<unknown>(3);
@@ -209,8 +234,8 @@ function infoOf(context: ExecutionContext): ResolveInfoLike | undefined {
  * `reply.request`).
  */
 function requestOf(context: ExecutionContext): HttpRequestLike | undefined {
-  const graphqlContext = context.getArgByIndex<Record<string, unknown> | undefined>(2);
-  if (typeof graphqlContext !== 'object' || graphqlContext === null) return undefined;
+  const graphqlContext = contextOf(context);
+  if (!graphqlContext) return undefined;
   const request = (graphqlContext.req ?? graphqlContext.request ?? (graphqlContext.reply as { request?: unknown } | undefined)?.request) as
     HttpRequestLike | undefined;
   return typeof request === 'object' && request !== null ? request : undefined;

@@ -56,9 +56,10 @@ const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
  * operation): `request.user.id`, `.sub`, `.userId` or `._id`. Without `request.user`
  * the request is anonymous; a user whose identity cannot be read is refused, because
  * treating it as anonymous would let one user replay another's response.
- * `scopeExample` shows the `scope` option that reads the principal on this transport.
+ * `scopeExample` shows the `scope` option that reads the principal on this transport;
+ * `source` names where `user` was read, for the refusal.
  */
-export function principalOfUser(user: unknown, what: string, scopeExample: string): string | number | undefined {
+export function principalOfUser(user: unknown, what: string, scopeExample: string, source = 'request.user'): string | number | undefined {
   if (user === undefined || user === null || user === false) return undefined;
   if (typeof user === 'object') {
     for (const field of PRINCIPAL_FIELDS) {
@@ -70,7 +71,7 @@ export function principalOfUser(user: unknown, what: string, scopeExample: strin
     if (id !== undefined) return id;
   }
   throw new IdempotencyConfigurationError(
-    `@Idempotent() cannot tell who sent this ${what}: request.user is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
+    `@Idempotent() cannot tell who sent this ${what}: ${source} is set, but none of ${PRINCIPAL_FIELDS.map((f) => `user.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
     `Tell it how to read the principal: @Idempotent({ scope: ${scopeExample} }) or the same \`scope\` option in IdempotencyModule.forRoot().`,
   );
 }

@@ -133,7 +133,7 @@ export async function createGraphqlApp(
   effects: Effects,
   hooks: Hooks,
   options: IdempotencyModuleOptions = {},
-  extra: { providers?: any[]; logger?: LoggerService } = {},
+  extra: { providers?: any[]; logger?: LoggerService; graphql?: Partial<ApolloDriverConfig> } = {},
 ): Promise<{ app: INestApplication; url: string }> {
   const RefundResolver = buildResolver(effects, hooks);
   @Module({})
@@ -147,6 +147,7 @@ export async function createGraphqlApp(
             driver: ApolloDriver,
             autoSchemaFile: true,
             includeStacktraceInErrorResponses: false,
+            ...extra.graphql,
           }),
         ],
         providers: [RefundResolver, { provide: APP_GUARD, useClass: UserFromHeaderGqlGuard }, ...(extra.providers ?? [])],
