@@ -11,6 +11,14 @@ export interface SchedulerRegistryLike {
 /** The members of cron's CronTime read here. */
 interface CronTimeLike {
   getNextDateFrom(start: Date, zone: string): { toMillis(): number };
+  /** The zone cron resolved (the job's `timeZone`, else the process's own zone); unset with `utcOffset`. */
+  readonly timeZone?: string;
+}
+
+/** A cron job's parsed schedule and the zone its expression is read in. */
+interface CronSchedule {
+  readonly cronTime: CronTimeLike;
+  readonly zone: string;
 }
 type CronTimeClass = new (source: unknown, timeZone?: string, utcOffset?: string | number) => CronTimeLike;
 
@@ -35,7 +43,7 @@ export class ScheduleAdapter extends MethodAdapter {
    */
   private registry: SchedulerRegistryLike | undefined;
   private CronTime: CronTimeClass | undefined;
-  private readonly cronTimes = new WeakMap<ResolvedHandlerConfig, CronTimeLike>();
+  private readonly schedules = new WeakMap<ResolvedHandlerConfig, CronSchedule>();
 
   /** @internal called at boot by the explorer with the application's SchedulerRegistry */
   useRegistry(registry: SchedulerRegistryLike): void {
@@ -65,8 +73,7 @@ export class ScheduleAdapter extends MethodAdapter {
     const source = config.target.cron?.cronTime;
     if (source instanceof Date) return source.getTime();
     if (typeof (source as { toMillis?: unknown })?.toMillis === 'function') return (source as { toMillis(): number }).toMillis();
-    const cronTime = this.cronTimeOf(config);
-    const zone = zoneOf(config.target.cron);
+    const { cronTime, zone } = this.scheduleOf(config);
     const limit = now + EARLY_TOLERANCE_MS;
     for (const lookback of LOOKBACKS_MS) {
       let date = cronTime.getNextDateFrom(new Date(limit - lookback), zone).toMillis();
@@ -80,9 +87,9 @@ export class ScheduleAdapter extends MethodAdapter {
     return now;
   }
 
-  private cronTimeOf(config: MethodHandlerConfig): CronTimeLike {
-    let cronTime = this.cronTimes.get(config);
-    if (cronTime) return cronTime;
+  private scheduleOf(config: MethodHandlerConfig): CronSchedule {
+    let schedule = this.schedules.get(config);
+    if (schedule) return schedule;
     // cron's CronTime class is the same for every application: found once, it stays usable
     // after the application whose registry showed it has closed (its jobs are gone then).
     this.CronTime ??= (
@@ -96,20 +103,24 @@ export class ScheduleAdapter extends MethodAdapter {
       );
     }
     const { cronTime: source, timeZone, utcOffset } = config.target.cron ?? {};
-    cronTime = new CronTime(source, timeZone, utcOffset);
-    this.cronTimes.set(config, cronTime);
-    return cronTime;
+    const cronTime = new CronTime(source, timeZone, utcOffset);
+    schedule = { cronTime, zone: zoneOf(config.target.cron, cronTime) };
+    this.schedules.set(config, schedule);
+    return schedule;
   }
 }
 
 /**
  * The zone cron reads the expression in, as its CronJob does: the job's `timeZone`, else
- * its `utcOffset` (minutes) as a fixed `UTC+hh:mm` zone, else UTC.
+ * its `utcOffset` (minutes) as a fixed `UTC+hh:mm` zone, else the zone of the process
+ * (`TZ`, else the system's), which cron's CronTime resolves when it is built. Never UTC
+ * by default: on a UTC+2 server, `0 9-17 * * *` read in UTC would give the 09:00 and
+ * 10:00 ticks one key, and skip the second.
  */
-function zoneOf(cron: { timeZone?: string; utcOffset?: string | number } | undefined): string {
+function zoneOf(cron: { timeZone?: string; utcOffset?: string | number } | undefined, cronTime: CronTimeLike): string {
   if (cron?.timeZone) return cron.timeZone;
   const offset = cron?.utcOffset === undefined || cron.utcOffset === null ? undefined : Number(cron.utcOffset);
-  if (offset === undefined || !Number.isFinite(offset)) return 'UTC';
+  if (offset === undefined || !Number.isFinite(offset)) return cronTime.timeZone || Intl.DateTimeFormat().resolvedOptions().timeZone;
   const hours = Math.trunc(offset / 60);
   const minutes = Math.abs(offset - hours * 60);
   return `UTC${offset < 0 ? '-' : '+'}${String(Math.abs(hours)).padStart(2, '0')}:${String(minutes).padStart(2, '0')}`;
