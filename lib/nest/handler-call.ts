@@ -14,6 +14,8 @@ export interface HandlerCall {
   lease?: Lease;
   /** Runs the handler; resolves with its last value (`NO_REPLY` when it produced none). */
   run(): Promise<unknown>;
+  /** Unsubscribes from a handler that answers with an Observable. */
+  stop?(): void;
 }
 
 /**
@@ -55,13 +57,16 @@ export class ObservableHandlerCall implements HandlerCall {
 
 /**
  * A handler called by the method wrapper of `@Idempotent()`. Nest awaits what the
- * wrapper returns and has no way to withdraw from a promise, so nothing cancels it.
+ * wrapper returns and has no way to withdraw from a promise; the one cancellation is the
+ * caller leaving the outermost layer (`AnswerFrame.cancel()`), which `stop()`s a handler
+ * that answers with an Observable.
  */
 export class DirectHandlerCall implements HandlerCall {
   readonly cancelled = false;
   failed = false;
   readonly noReply = undefined;
   lease?: Lease;
+  private observed?: ObservableHandlerCall;
 
   constructor(private readonly invoke: () => unknown) {}
 
@@ -70,9 +75,14 @@ export class DirectHandlerCall implements HandlerCall {
       const result = this.invoke();
       if (!isObservable(result)) return Promise.resolve(result);
       // A handler may return an Observable: its last value answers, as in Nest.
-      return new ObservableHandlerCall({ handle: () => result }).run().then((value) => (value === NO_REPLY ? undefined : value));
+      this.observed = new ObservableHandlerCall({ handle: () => result });
+      return this.observed.run().then((value) => (value === NO_REPLY ? undefined : value));
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  stop(): void {
+    this.observed?.stop();
   }
 }

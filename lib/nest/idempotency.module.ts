@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import { DiscoveryModule } from '@nestjs/core';
+import { ApplicationConfig, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyConfigurationError, IdempotencyStore } from '../core/index.js';
 import { IDEMPOTENCY_RUNTIME, IDEMPOTENCY_SERVICE } from './idempotency.constants.js';
 import {
@@ -11,6 +11,10 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyRuntime } from './idempotency.runtime.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { placeOutermost } from './outermost-placement.js';
+
+/** Arranges, while the application is created, that IdempotencyInterceptor runs outside every other interceptor. */
+const OUTERMOST_PLACEMENT = Symbol.for('nestjs-idempotency:outermost-placement');
 
 /**
  * Registers the runtime behind `@Idempotent()`, `IdempotencyService` and the store, with
@@ -30,6 +34,11 @@ import { IdempotencyService } from './idempotency.service.js';
     { provide: IdempotencyRuntime, useFactory: runtimeOf, inject: [IdempotencyService] },
     { provide: IDEMPOTENCY_RUNTIME, useExisting: IdempotencyRuntime },
     IdempotencyInterceptor,
+    {
+      provide: OUTERMOST_PLACEMENT,
+      useFactory: (config: ApplicationConfig, interceptor: IdempotencyInterceptor) => placeOutermost(config, interceptor),
+      inject: [ApplicationConfig, IdempotencyInterceptor],
+    },
   ],
   exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyRuntime, IDEMPOTENCY_RUNTIME, IdempotencyInterceptor],
 })

@@ -14,8 +14,11 @@ import { fingerprintOf, storageKeyOf } from '../core/hash.js';
 import { normalizeIdempotencyKey } from '../core/key.js';
 import { deserializeOutcome, serializeOutcome, type StoredOutcome } from '../core/outcome.js';
 import { isTransactionalStore } from '../core/store.js';
-import type { HandlerCall, ObservableHandlerCall } from './handler-call.js';
+import { EMPTY } from 'rxjs';
+import { frameOf, type AnswerFrame, type PendingAnswer } from './answer-frame.js';
+import type { HandlerCall } from './handler-call.js';
 import { DirectHandlerCall } from './handler-call.js';
+import type { IdempotencyHooks } from './idempotency-hooks.js';
 import { GraphqlTransportAdapter, graphqlOperationOf } from './graphql.adapter.js';
 import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import type { IdempotentOptions } from './idempotency.options.js';
@@ -33,23 +36,6 @@ type Principal = string | number | undefined | null;
 /** What the protocol needs of a request; `undefined` when it runs unprotected (no key, `required: false`). */
 type Prepared = ExecutionRequest | undefined;
 
-/** How the protocol derives a request's key, scope and fingerprint (see the hooks of `IdempotencyRuntime`). */
-export interface IdempotencyHooks {
-  resolveKey(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown;
-  resolveOperation(context: ExecutionContext, config: ResolvedHandlerConfig): string;
-  resolvePrincipal(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): Principal | Promise<Principal>;
-  fingerprintMaterial(context: ExecutionContext, config: ResolvedHandlerConfig, adapter: TransportAdapter): unknown;
-}
-
-/**
- * Requests (messages) whose protocol an `IdempotencyInterceptor` runs, so that the
- * method wrapper underneath it, or a second registration of the interceptor, calls
- * straight through. A set rather than a mark on the object: requests and transport
- * contexts belong to the framework (a property would change their shape, and a frozen
- * one refuses it), and one set serves every IdempotencyModule instance in the process.
- */
-const running = new WeakSet<object>();
-
 /**
  * Chosen for the engine's policy when `cacheErrors` is set: the runtime asks the user's
  * `cacheErrors` once per failure and calls `lease.fail()` only for the errors it selects.
@@ -58,13 +44,13 @@ const SELECTED_BY_RUNTIME = (): boolean => true;
 
 /**
  * The idempotency protocol of `@Idempotent()` handlers (prepare the key, admit, run,
- * settle, replay), one per IdempotencyModule. Both entry points are thin adapters onto
- * it: `@Idempotent()`'s method wrapper (the default, which spares every request Nest's
- * interceptor pipeline) and `IdempotencyInterceptor` (when registered), so both answer,
- * settle messages and treat cancellation alike. Cancellation is the caller
- * unsubscribing before the handler ends: the key stays leased (never released) until
- * its lease runs out. Only the interceptor path can see one, as Nest awaits the
- * wrapper's promise and has no way to withdraw from it.
+ * settle, replay), one per IdempotencyModule. It runs in `@Idempotent()`'s method
+ * wrapper, after guards, pipes and the application's interceptors have seen the request.
+ * Where the application has interceptors, `IdempotencyInterceptor` stands outside all of
+ * them (see `AnswerFrame`): the answer stored is the one the chain produced, and a replay
+ * is sent from there without running them again. Cancellation is the caller
+ * unsubscribing before the answer: the key stays leased (never released) until its lease
+ * runs out.
  *
  * Extension hooks: `resolveKey`, `resolveOperation`, `resolvePrincipal` and
  * `fingerprintMaterial` are protected methods. Override them in a subclass and pass it
@@ -137,8 +123,6 @@ export class IdempotencyRuntime {
    * original method), unless an interceptor already runs it for this request.
    */
   handle(context: ExecutionContext, options: IdempotentOptions, invoke: () => unknown): unknown {
-    const carrier = carrierOf(context);
-    if (carrier && running.has(carrier)) return invoke();
     let config: ResolvedHandlerConfig | undefined;
     try {
       config = this.configFor(context, options);
@@ -146,7 +130,8 @@ export class IdempotencyRuntime {
       return Promise.reject(refusal);
     }
     if (!config) return invoke();
-    return this.execute(context, config, new DirectHandlerCall(invoke), this.hooks);
+    const frame = frameOf(context);
+    return this.execute(context, config, new DirectHandlerCall(invoke), frame?.hooks ?? this.hooks, frame);
   }
 
   /**
@@ -180,7 +165,13 @@ export class IdempotencyRuntime {
    * its refusals as well as those the handler throws (`OptimisticLockError`, ...), reach
    * the caller in the transport's form (problem body, RpcException), each settled once.
    */
-  async execute(context: ExecutionContext, config: ResolvedHandlerConfig, call: HandlerCall, hooks: IdempotencyHooks): Promise<unknown> {
+  async execute(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    call: HandlerCall,
+    hooks: IdempotencyHooks,
+    frame?: AnswerFrame,
+  ): Promise<unknown> {
     const adapter = config.adapter;
     let request: ExecutionRequest | undefined;
     try {
@@ -194,16 +185,16 @@ export class IdempotencyRuntime {
         throw error;
       }
       if (!request) return await this.runUnprotected(context, config, call);
-      if (config.options.transactional) return await this.runTransactional(context, config, request, call);
+      if (config.options.transactional) return await this.runTransactional(context, config, request, call, frame);
       const admission = await this.service.engine.admit(request, config.policy);
       switch (admission.kind) {
         case 'replay':
           if (adapter.settle) await adapter.settle(context, config, 'replayed');
-          return this.replay(context, config, admission.outcome, call);
+          return this.replay(context, config, admission.outcome, call, frame);
         case 'unprotected':
           return await this.runUnprotected(context, config, call);
         default:
-          return await this.runLeased(context, config, admission.lease, call);
+          return await this.runLeased(context, config, admission.lease, call, frame);
       }
     } catch (error) {
       // The handler's own errors arrive here settled already, in the form they answer in.
@@ -211,17 +202,6 @@ export class IdempotencyRuntime {
       await adapter.settle?.(context, config, 'rejected', error);
       throw this.transportErrorOf(context, config, error);
     }
-  }
-
-  /**
-   * @internal The caller unsubscribed before the answer: stop the handler and keep its
-   * key leased, as its outcome is unknown (releasing it could let a retry repeat an
-   * effect that did happen).
-   */
-  cancel(context: ExecutionContext, config: ResolvedHandlerConfig, call: ObservableHandlerCall): void {
-    call.cancelled = true;
-    call.stop();
-    if (call.lease && !call.finished) this.abandon(context, config, call.lease);
   }
 
   private abandon(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease): void {
@@ -273,11 +253,31 @@ export class IdempotencyRuntime {
     return { key, fingerprint: fingerprintOf(material) };
   }
 
-  /** A stored outcome, as the transport replays it (an HTTP replay is synchronous: no extra hop). */
-  private replay(context: ExecutionContext, config: ResolvedHandlerConfig, outcome: StoredOutcome, call: HandlerCall): unknown {
+  /**
+   * A stored outcome, as the transport replays it (an HTTP replay is synchronous: no extra
+   * hop). Under a frame it is handed to the outermost layer, and the chain inside ends
+   * without a value (`EMPTY`), so no interceptor of the application maps it again.
+   */
+  private replay(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    outcome: StoredOutcome,
+    call: HandlerCall,
+    frame: AnswerFrame | undefined,
+  ): unknown {
+    if (frame) return this.replayToFrame(context, config, outcome, frame);
     const answer = config.adapter.replay(context, outcome, config);
     if (isThenable(answer)) return Promise.resolve(answer).then((value) => (value === NO_REPLY ? call.noReply : value));
     return answer === NO_REPLY ? call.noReply : answer;
+  }
+
+  private async replayToFrame(context: ExecutionContext, config: ResolvedHandlerConfig, outcome: StoredOutcome, frame: AnswerFrame) {
+    try {
+      frame.replay = { value: await config.adapter.replay(context, outcome, config) };
+    } catch (error) {
+      frame.replay = { error };
+    }
+    return EMPTY;
   }
 
   /**
@@ -285,21 +285,43 @@ export class IdempotencyRuntime {
    * response that reached the client is always replayable; a cancellation before the
    * end abandons the lease instead of releasing it.
    */
-  private async runLeased(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease, call: HandlerCall): Promise<unknown> {
+  private async runLeased(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    lease: Lease,
+    call: HandlerCall,
+    frame: AnswerFrame | undefined,
+  ): Promise<unknown> {
     const adapter = config.adapter;
     call.lease = lease;
-    if (call.cancelled) {
+    if (call.cancelled || frame?.cancelled) {
       // The caller left between the claim and the handler: the handler never ran, but
       // the key is claimed; abandon it like any cancellation (the lease runs out).
       this.abandon(context, config, lease);
       return call.noReply;
     }
     let value: unknown;
+    let abandoned = false;
+    if (frame) {
+      // The caller may go away while the handler runs: stop it, and keep the key leased.
+      frame.onCancel = () => {
+        abandoned = true;
+        call.stop?.();
+        this.abandon(context, config, lease);
+      };
+    }
     try {
       value = await call.run();
     } catch (error) {
+      if (abandoned) throw error;
+      if (frame) frame.onCancel = undefined;
       const answer = await this.handlerFailed(context, config, call, error);
       const cached = Boolean(config.options.cacheErrors?.(error));
+      if (cached && frame) {
+        // The error the caller gets is the one the chain ends in: stored from there.
+        frame.pending = this.pendingUnderLease(context, config, lease, true);
+        throw answer;
+      }
       try {
         // The first caller and every replay get the same answer: the one stored here.
         if (cached) await lease.fail(error, adapter.captureError(context, answer, config));
@@ -310,17 +332,53 @@ export class IdempotencyRuntime {
       }
       throw answer;
     }
+    if (frame) {
+      frame.onCancel = undefined;
+      if (!abandoned) frame.pending = this.pendingUnderLease(context, config, lease, false);
+      return value;
+    }
     await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));
     // Not `await adapter.settle?.()`: awaiting nothing still costs every HTTP request a tick.
     if (adapter.settle) await adapter.settle(context, config, 'stored');
     return value;
   }
 
+  /**
+   * How the outermost layer settles a lease whose handler has ended: the chain's answer is
+   * stored as the answer. An error the chain ends in is stored as the answer when the
+   * handler's own error was one `cacheErrors` selected; after a handler that succeeded it
+   * makes the execution not replayable instead (its effect happened, but what its caller
+   * got is not its answer), so that no retry runs it a second time.
+   */
+  private pendingUnderLease(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease, handlerFailed: boolean): PendingAnswer {
+    const adapter = config.adapter;
+    const settle = async (stored: Promise<void>) => {
+      await stored;
+      if (adapter.settle) await adapter.settle(context, config, 'stored');
+    };
+    return {
+      value: (answer) => settle(lease.complete(adapter.captureValue(context, answer === NO_REPLY ? undefined : answer, config))),
+      error: (failure) =>
+        settle(
+          handlerFailed
+            ? lease.fail(failure, adapter.captureError(context, failure, config))
+            : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeFailure(failure)})` }),
+        ),
+      cancel: () => this.abandon(context, config, lease),
+    };
+  }
+
+  /**
+   * Runs the handler in one transaction with its record. Under a frame the transaction
+   * stays open until the outermost layer has the chain's answer: the record holds that
+   * answer, and an error the chain ends in after the handler rolls both back.
+   */
   private async runTransactional(
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     request: ExecutionRequest,
     call: HandlerCall,
+    frame: AnswerFrame | undefined,
   ): Promise<unknown> {
     const adapter = config.adapter;
     const store = config.policy.store;
@@ -331,21 +389,27 @@ export class IdempotencyRuntime {
       );
     }
     let handlerError: { error: unknown } | undefined;
-    let outcome;
-    try {
-      outcome = await store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
-        // The handler runs inside the transaction's async context, so it can reach the EntityManager.
-        let value: unknown;
-        try {
-          value = await call.run();
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        const stored = value === NO_REPLY ? undefined : value;
-        return { value, result: serializeOutcome(adapter.captureValue(context, stored, config)) };
-      });
-    } catch (error) {
+    const handedOver = frame ? new Deferred<{ value: unknown }>() : undefined;
+    const outer = frame ? new Deferred<{ answer: unknown } | { failure: unknown }>() : undefined;
+    const transaction = store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
+      // The handler runs inside the transaction's async context, so it can reach the EntityManager.
+      let value: unknown;
+      try {
+        value = await call.run();
+      } catch (error) {
+        handlerError = { error };
+        throw error;
+      }
+      let answer = value;
+      if (handedOver && outer) {
+        handedOver.resolve({ value });
+        const settled = await outer.promise;
+        if ('failure' in settled) throw settled.failure;
+        answer = settled.answer;
+      }
+      return { value, result: serializeOutcome(adapter.captureValue(context, answer === NO_REPLY ? undefined : answer, config)) };
+    });
+    const failed = async (error: unknown): Promise<never> => {
       if (handlerError?.error === error) {
         // Rolled back with the handler's work: nothing is stored, whatever cacheErrors says.
         const answer = await this.handlerFailed(context, config, call, error);
@@ -356,13 +420,46 @@ export class IdempotencyRuntime {
       // The transaction itself failed (connection lost, record statement or commit
       // refused), so nothing committed and the client may retry (503).
       throw new IdempotencyStoreUnavailableError(error);
+    };
+    let outcome;
+    try {
+      if (frame && handedOver && outer) {
+        const first = await Promise.race([handedOver.promise, transaction.then((done) => ({ done }))]);
+        if ('value' in first) {
+          transaction.catch(() => undefined); // awaited by the frame's settlement below
+          frame.pending = {
+            value: async (answer) => {
+              outer.resolve({ answer });
+              try {
+                await transaction;
+              } catch (error) {
+                throw this.transportErrorOf(context, config, new IdempotencyStoreUnavailableError(error));
+              }
+              if (adapter.settle) await adapter.settle(context, config, 'stored');
+            },
+            error: async (failure) => {
+              outer.resolve({ failure });
+              await transaction.catch(() => undefined);
+              await adapter.settle?.(context, config, 'failed', failure);
+            },
+            cancel: () => outer.resolve({ failure: new Error('the caller went away before the answer') }),
+          };
+          if (frame.cancelled) frame.pending.cancel();
+          return first.value;
+        }
+        outcome = first.done;
+      } else {
+        outcome = await transaction;
+      }
+    } catch (error) {
+      return failed(error);
     }
     if (outcome.kind === 'executed') {
       if (adapter.settle) await adapter.settle(context, config, 'stored');
       return outcome.value;
     }
     if (adapter.settle) await adapter.settle(context, config, 'replayed');
-    return this.replay(context, config, deserializeOutcome(outcome.result), call);
+    return this.replay(context, config, deserializeOutcome(outcome.result), call, frame);
   }
 
   /**
@@ -415,23 +512,14 @@ export class IdempotencyRuntime {
   }
 }
 
-/**
- * Marks the request (message) as served by an interceptor. False when one already
- * serves it (a global registration plus a method-level one).
- */
-export function claimForInterceptor(context: ExecutionContext): boolean {
-  const owner = carrierOf(context) ?? context;
-  if (running.has(owner)) return false;
-  running.add(owner);
-  return true;
+/** A promise with its resolver at hand. */
+class Deferred<T> {
+  resolve!: (value: T) => void;
+  readonly promise = new Promise<T>((resolve) => (this.resolve = resolve));
 }
 
-/** The object that stands for one request or message: the HTTP request, the transport's message context. */
-function carrierOf(context: ExecutionContext): object | undefined {
-  const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
-  if (!args) return undefined;
-  const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
-  return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
+function describeFailure(failure: unknown): string {
+  return failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

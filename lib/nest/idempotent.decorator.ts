@@ -8,6 +8,7 @@ import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
 import type { IdempotentMethodOptions } from './method-options.js';
 import { callWithoutRequest } from './method-runner.js';
+import { noteIdempotentClass } from './outermost-placement.js';
 import { refuseWithoutModule } from './unconfigured.js';
 /** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
 const WRAPPED = Symbol.for('nestjs-idempotency:wrapped');
@@ -36,9 +37,11 @@ type HandlerFunction = ((...args: unknown[]) => unknown) & { [WRAPPED]?: true };
  *
  * The decorator wraps the method itself rather than adding an interceptor: Nest's
  * interceptor pipeline alone costs a route a sizeable share of its throughput (see
- * docs/performance.md). Guards and pipes run before the wrapper, so a request refused by
- * them never claims its key; your interceptors and exception filters see the replayed
- * result or the error exactly as they would see the handler's.
+ * docs/performance.md). Guards, pipes and your interceptors' work before the handler run
+ * before the wrapper, so a request refused by them never claims its key. Where your
+ * application has interceptors, `IdempotencyInterceptor` stands outside them all: the
+ * answer stored is the one they produced (`ClassSerializerInterceptor`'s output, without
+ * the `@Exclude()` fields), and a replay is that answer, sent without running them again.
  *
  * @example
  * @Post('refunds')
@@ -114,6 +117,7 @@ export function Idempotent(options: IdempotentOptions | IdempotentMethodOptions 
     Object.defineProperty(target, propertyKey, descriptor);
 
     CurrentExecutionContext()(target, propertyKey, contextIndex);
+    noteIdempotentClass(typeof target === 'function' ? target : target.constructor);
     injectRuntime(target);
     SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey, descriptor);
     return descriptor;

@@ -2,7 +2,7 @@ import { Controller, Injectable, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
-import { Observable } from 'rxjs';
+import { Observable, from, mergeAll } from 'rxjs';
 import {
   Idempotent,
   IdempotencyInterceptor,
@@ -164,55 +164,78 @@ describe('IdempotencyModule', () => {
 });
 
 describe('cancellation', () => {
-  it('does not release the key when the handler observable is unsubscribed before it finishes', async () => {
+  let subscribed = 0;
+  let tornDown = 0;
+  @Controller()
+  class StreamController {
+    @Post('stream')
+    @Idempotent()
+    stream() {
+      // Never ends: only its caller going away ends it.
+      return new Observable(() => {
+        subscribed++;
+        return () => tornDown++;
+      });
+    }
+  }
+
+  it('does not release the key when the caller unsubscribes before the handler finishes', async () => {
     const store = new MemoryIdempotencyStore();
     const events: IdempotencyEvent[] = [];
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ store, onEvent: (e) => events.push(e) })],
-      controllers: [CounterController],
+      controllers: [StreamController],
     }).compile();
     const app = moduleRef.createNestApplication({ logger: false });
     await app.init();
     try {
       const interceptor = app.get(IdempotencyInterceptor);
-      const req = { method: 'POST', headers: { 'idempotency-key': 'cancel-me' }, params: {}, body: {} };
+      const controller = app.get(StreamController) as unknown as { stream(context: unknown): unknown };
       const res = { statusCode: 201, getHeaders: () => ({}), setHeader() {}, status() {} };
-      const context: any = {
-        getHandler: () => CounterController.prototype.count,
-        getClass: () => CounterController,
-        getType: () => 'http',
-        switchToHttp: () => ({ getRequest: () => req, getResponse: () => res }),
+      const contextFor = (key: string): any => {
+        const req = { method: 'POST', headers: { 'idempotency-key': key }, params: {}, body: {} };
+        const args = [req, res];
+        return {
+          getHandler: () => StreamController.prototype.stream,
+          getClass: () => StreamController,
+          getType: () => 'http',
+          getArgs: () => args,
+          getArgByIndex: (i: number) => args[i],
+          switchToHttp: () => ({ getRequest: () => req, getResponse: () => res }),
+        };
       };
-      let handlerTornDown = false;
-      const never = new Observable(() => () => (handlerTornDown = true));
-      const subscription = interceptor.intercept(context, { handle: () => never }).subscribe();
-      await new Promise((r) => setTimeout(r, 50));
+      // Nest's chain inside the interceptor: the @Idempotent() wrapper, handed its context.
+      const chain = (context: unknown) => ({ handle: () => from(Promise.resolve(controller.stream(context))).pipe(mergeAll()) });
+      const until = async (done: () => boolean) => {
+        for (const deadline = Date.now() + 5000; !done();) {
+          if (Date.now() > deadline) throw new Error('timed out');
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      };
+
+      const first = contextFor('cancel-me');
+      const subscription = interceptor.intercept(first, chain(first)).subscribe();
+      await until(() => subscribed === 1);
       subscription.unsubscribe();
-      expect(handlerTornDown).toBe(true);
+      expect(tornDown).toBe(1);
       expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);
-      const key = storageKeyOf(scopeOf('POST /count'), 'cancel-me');
+      const key = storageKeyOf(scopeOf('POST /stream'), 'cancel-me');
       expect(await store.get(key)).toMatchObject({ status: 'in_progress' });
       // A retry while the lease lasts is refused, not run.
-      const retryCtx = { ...context };
+      const retryContext = contextFor('cancel-me');
       const retry = await new Promise<unknown>((resolve) =>
-        interceptor.intercept(retryCtx, { handle: () => never }).subscribe({ error: resolve, next: resolve }),
+        interceptor.intercept(retryContext, chain(retryContext)).subscribe({ error: resolve, next: resolve }),
       );
       expect((retry as { getStatus(): number }).getStatus()).toBe(409);
+      expect(subscribed).toBe(1);
 
       // Unsubscribed before the claim even resolved: the handler never runs, and the
       // claimed lease is abandoned (its renewal stops) rather than left renewing forever.
       events.length = 0;
-      let handlerCalls = 0;
-      const early = {
-        ...context,
-        switchToHttp: () => ({ getRequest: () => ({ ...req, headers: { 'idempotency-key': 'gone-early' } }), getResponse: () => res }),
-      };
-      interceptor
-        .intercept(early, { handle: () => (handlerCalls++, never) })
-        .subscribe()
-        .unsubscribe();
-      await new Promise((r) => setTimeout(r, 50));
-      expect(handlerCalls).toBe(0);
+      const early = contextFor('gone-early');
+      interceptor.intercept(early, chain(early)).subscribe().unsubscribe();
+      await until(() => events.length >= 2);
+      expect(subscribed).toBe(1);
       expect(events.map((e) => e.type)).toEqual(['claimed', 'abandoned']);
     } finally {
       await app.close();

@@ -1,0 +1,85 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { IdempotencyHooks } from './idempotency-hooks.js';
+
+/**
+ * How the outermost layer settles an execution whose handler has ended: with the answer
+ * the caller is about to get (after every interceptor of the application), or with the
+ * error the chain ended in instead. Each resolves once the answer is stored (committed),
+ * and rejects with the error the caller gets when it could not be.
+ */
+export interface PendingAnswer {
+  value(answer: unknown): Promise<void>;
+  error(failure: unknown): Promise<void>;
+  /** The caller went away before the answer: the outcome is unknown, so nothing is stored or released. */
+  cancel(): void;
+}
+
+/**
+ * The outermost layer of one request (message, GraphQL field call) to an `@Idempotent()`
+ * handler, opened by `IdempotencyInterceptor` before any other interceptor of the
+ * application runs. The protocol itself still runs in `@Idempotent()`'s method wrapper,
+ * after guards, pipes and inner interceptors (multer's included), so that it sees the
+ * request as the handler does; the frame is how it answers at the outside:
+ *
+ * - a first execution leaves `pending` here instead of storing the handler's raw value,
+ *   and the interceptor stores the answer the chain produced from it
+ *   (`ClassSerializerInterceptor`'s output, not the class with its `@Exclude()` fields);
+ * - a replay leaves `replay` here and lets the chain end without a value, so that no
+ *   inner interceptor maps the stored answer a second time.
+ */
+export class AnswerFrame {
+  /** The stored answer the interceptor sends instead of whatever the chain ends with. */
+  replay?: { readonly value: unknown } | { readonly error: unknown };
+  /** Set when the handler ended under a lease: the interceptor settles it with the chain's outcome. */
+  pending?: PendingAnswer;
+  /** Set while the handler runs under a lease: stops it and abandons the lease when the caller goes away. */
+  onCancel?: () => void;
+  /** The caller unsubscribed (the answer will never be sent). */
+  cancelled = false;
+
+  /** The caller went away before the answer: its outcome is unknown, so the key stays leased. */
+  cancel(): void {
+    this.cancelled = true;
+    if (this.pending) this.pending.cancel();
+    else this.onCancel?.();
+  }
+
+  constructor(
+    /** The hooks of the `IdempotencyInterceptor` subclass that opened the frame, when it overrides them. */
+    readonly hooks: IdempotencyHooks | undefined,
+  ) {}
+}
+
+/**
+ * Frames by the object that stands for one request: a set rather than a mark on the
+ * object, as requests and transport contexts belong to the framework (a property would
+ * change their shape, and a frozen one refuses it).
+ */
+const frames = new WeakMap<object, AnswerFrame>();
+
+/** Opens the frame of this request; `undefined` when an outer registration already did. */
+export function openFrame(context: ExecutionContext, hooks: IdempotencyHooks | undefined): AnswerFrame | undefined {
+  const carrier = carrierOf(context) ?? context;
+  if (frames.has(carrier)) return undefined;
+  const frame = new AnswerFrame(hooks);
+  frames.set(carrier, frame);
+  return frame;
+}
+
+/** The frame an outer `IdempotencyInterceptor` opened for this request, if any. */
+export function frameOf(context: ExecutionContext): AnswerFrame | undefined {
+  const carrier = carrierOf(context);
+  return carrier ? frames.get(carrier) : undefined;
+}
+
+/**
+ * The object that stands for one request or message: the HTTP request, the transport's
+ * message context, a GraphQL field call's arguments. The interceptor's and the wrapper's
+ * contexts of one call share it.
+ */
+function carrierOf(context: ExecutionContext): object | undefined {
+  const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
+  if (!args) return undefined;
+  const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
+  return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
+}
