@@ -1,6 +1,7 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Module, type DynamicModule, type INestApplication, type Provider } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { GraphQLSchemaHost } from '@nestjs/graphql';
 import {
   Args,
   createUnionType,
@@ -19,7 +20,7 @@ import {
   Scalar,
   type CustomScalar,
 } from '@nestjs/graphql';
-import type { ValueNode } from 'graphql';
+import type { GraphQLObjectType, ValueNode } from 'graphql';
 import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 
@@ -140,8 +141,12 @@ export class RefundEvent implements LedgerEvent {
   reason: string;
 }
 
-/** An object type that checks its values (graphql-js asks it even where the type is concrete). */
-@ObjectType({ isTypeOf: (value: unknown) => value instanceof Receipt })
+/**
+ * An object type that checks its values: graphql-js asks `isTypeOf` even where the type
+ * is concrete. Code-first has no option for it (schema-first and graphql-tools set it):
+ * `createShapesApp` sets it on the built schema.
+ */
+@ObjectType()
 export class Receipt {
   @Field()
   number: string;
@@ -276,6 +281,9 @@ export async function createShapesApp(
     }
   }
   const app = await NestFactory.create(ShapesModule.register(), { logger: false });
+  await app.init();
+  const receipt = app.get(GraphQLSchemaHost).schema.getType('Receipt') as GraphQLObjectType;
+  receipt.isTypeOf = (value) => value instanceof Receipt;
   await app.listen(0, '127.0.0.1');
   return { app, url: `${await app.getUrl()}/graphql` };
 }
