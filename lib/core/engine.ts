@@ -12,10 +12,9 @@ import {
   decodeError,
   decodeValue,
   encodeError,
-  encodeValue,
   serializeOutcome,
   deserializeOutcome,
-  unstorableReason,
+  valueOutcome,
   type StoredOutcome,
 } from './outcome.js';
 import { listenedTypesOf } from './listened-types.js';
@@ -249,8 +248,9 @@ export class IdempotencyEngine {
 
   /**
    * Runs `fn` at most once per key: the promise-based form used by `makeIdempotent`
-   * and `IdempotencyService.run`. Replays return the stored value (JSON round-tripped,
-   * except top-level strings, Buffers and `undefined`) or rethrow a cached error.
+   * and `IdempotencyService.run`. Replays return a faithful copy of the stored value
+   * (`'faithful'` encoding: Date, Map, Set, bigint, Buffer... come back as themselves) or
+   * rethrow a cached error; a value that cannot be copied is reported as not storable.
    */
   async execute<T>(request: ExecutionRequest, policy: ExecutionPolicy, fn: () => Promise<T> | T): Promise<ExecutionResult<T>> {
     const admission = await this.admit(request, policy);
@@ -264,8 +264,7 @@ export class IdempotencyEngine {
       await lease.fail(error, { kind: 'error', error: encodeError(error) });
       throw error;
     }
-    const reason = unstorableReason(value);
-    await lease.complete(reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) });
+    await lease.complete(valueOutcome(value, 'faithful'));
     return { value, replayed: false };
   }
 

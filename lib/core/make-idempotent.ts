@@ -1,7 +1,7 @@
 import { IdempotencyConfigurationError, IdempotencyKeyMissingError } from './errors.js';
 import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
-import { fingerprintOf, storageKeyOf } from './hash.js';
+import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
 import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
@@ -32,7 +32,8 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
   waitTimeout?: number;
   /**
    * Material that must match for a key to be reused (a mismatch throws
-   * `IdempotencyFingerprintMismatchError`); `true` uses all arguments.
+   * `IdempotencyFingerprintMismatchError`); `true` uses all arguments (trailing
+   * `undefined` ones count as absent: `f(x, undefined)` is the call `f(x)`).
    * @default false
    */
   fingerprint?: boolean | ((...args: A) => unknown);
@@ -52,8 +53,9 @@ export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise
 
 /**
  * Wraps an async function so that calls with the same key run it once: concurrent
- * duplicates wait for (or are refused) the running call, later ones get its stored
- * result, and a thrown error releases the key so a retry runs it again.
+ * duplicates wait for (or are refused) the running call, later ones get a faithful copy
+ * of its stored result (Date, Map, Set, bigint, Buffer come back as themselves; see
+ * docs/concepts.md), and a thrown error releases the key so a retry runs it again.
  *
  * @example
  * const chargeOnce = makeIdempotent(charge, { store, key: (order) => order.id });
@@ -103,7 +105,8 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
     const raw = options.key(...args);
     if (raw === undefined || raw === null || raw === '') throw new IdempotencyKeyMissingError(`the key function of ${scope}`);
     const key = storageKeyOf(scopeTag, normalizeIdempotencyKey(raw));
-    const material = fingerprint === true ? args : typeof fingerprint === 'function' ? fingerprint(...args) : undefined;
+    const material =
+      fingerprint === true ? withoutTrailingUndefined(args) : typeof fingerprint === 'function' ? fingerprint(...args) : undefined;
     const request = { key, fingerprint: fingerprint ? fingerprintOf(material) : undefined };
     const { value } = await engine.execute(request, policy, () => fn(...args));
     return value as Awaited<R>;

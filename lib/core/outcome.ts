@@ -1,9 +1,26 @@
+import { NotStorableValue, decodeStructured, encodeStructured } from './structured-value.js';
+
 /**
  * What a completed record replays, serialized to the opaque `result` string stores keep.
- * Values round-trip through JSON, except top-level `undefined`, `Buffer`/`Uint8Array`
- * and strings, which come back as exactly what the handler returned.
+ * `j`: JSON data; `u`: `undefined`; `b`: a top-level `Buffer` (base64); `s`: the faithful
+ * encoding of structured-value.ts, for values JSON cannot carry (in-process entry points).
  */
-export type EncodedValue = { readonly t: 'u' } | { readonly t: 'j'; readonly v: unknown } | { readonly t: 'b'; readonly v: string };
+export type EncodedValue =
+  | { readonly t: 'u' }
+  | { readonly t: 'j'; readonly v: unknown }
+  | { readonly t: 'b'; readonly v: string }
+  | { readonly t: 's'; readonly v: unknown };
+
+/**
+ * How an entry point stores its values. `'json'`: what a JSON wire carries (HTTP, RPC,
+ * GraphQL store what the client received); values round-trip through JSON, except
+ * top-level `undefined`, `Buffer`/`Uint8Array` and strings. `'faithful'`: in-process
+ * callers (service methods, BullMQ, events, schedules, `makeIdempotent`, `run`,
+ * idempotent transactions) get a copy of at least what `structuredClone` keeps
+ * (`Date`, `Map`, `Set`, `bigint`, `Buffer`, typed arrays, `undefined`, `NaN`, `-0`...),
+ * and what cannot be copied is refused on the first call (see structured-value.ts).
+ */
+export type ValueEncoding = 'json' | 'faithful';
 
 export interface EncodedError {
   readonly name: string;
@@ -23,12 +40,49 @@ export interface OutcomeMeta {
   readonly headers?: Record<string, string | string[]>;
 }
 
-export function encodeValue(value: unknown): EncodedValue {
-  if (value === undefined) return { t: 'u' };
+const UNDEFINED_VALUE: EncodedValue = { t: 'u' };
+
+/**
+ * The stored form of a value. Under `'faithful'`, throws `NotStorableValue` for a value
+ * a replay could not return (use `valueOutcome`, which reports it as not storable).
+ */
+export function encodeValue(value: unknown, encoding: ValueEncoding = 'json'): EncodedValue {
+  if (value === undefined) return UNDEFINED_VALUE;
+  if (encoding === 'faithful') {
+    // Strings, booleans and finite numbers are JSON already: no walk, no Map.
+    if (
+      typeof value === 'string' ||
+      typeof value === 'boolean' ||
+      (typeof value === 'number' && Number.isFinite(value) && !Object.is(value, -0))
+    ) {
+      return { t: 'j', v: value };
+    }
+    if (Buffer.isBuffer(value)) return { t: 'b', v: value.toString('base64') };
+    const structured = encodeStructured(value);
+    return structured.tagged ? { t: 's', v: structured.value } : { t: 'j', v: structured.value };
+  }
   if (Buffer.isBuffer(value) || value instanceof Uint8Array) {
     return { t: 'b', v: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
   }
   return { t: 'j', v: value };
+}
+
+/**
+ * The outcome of a handler that returned `value`: its encoded value, or `unstorable`
+ * with the reason when it cannot be stored (a stream, or under `'faithful'` anything
+ * structured-value.ts refuses). The engine reports that reason on the first call
+ * (`response_not_storable`) and duplicates get `IdempotencyNotReplayableError`.
+ */
+export function valueOutcome(value: unknown, encoding: ValueEncoding, meta?: OutcomeMeta): StoredOutcome {
+  const reason = unstorableReason(value);
+  if (reason) return { kind: 'unstorable', reason };
+  try {
+    const encoded = encodeValue(value, encoding);
+    return meta === undefined ? { kind: 'value', value: encoded } : { kind: 'value', value: encoded, meta };
+  } catch (error) {
+    if (error instanceof NotStorableValue) return { kind: 'unstorable', reason: error.reason };
+    throw error;
+  }
 }
 
 export function decodeValue(encoded: EncodedValue): unknown {
@@ -37,6 +91,8 @@ export function decodeValue(encoded: EncodedValue): unknown {
       return undefined;
     case 'b':
       return Buffer.from(encoded.v, 'base64');
+    case 's':
+      return decodeStructured(encoded.v);
     default:
       return encoded.v;
   }

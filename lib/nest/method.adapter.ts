@@ -1,9 +1,9 @@
 import type { ExecutionContext } from '@nestjs/common';
 import {
   encodeError,
-  encodeValue,
   replayValue,
-  unstorableReason,
+  valueOutcome,
+  withoutTrailingUndefined,
   type IdempotencyError,
   type InFlightStrategy,
   type StoredOutcome,
@@ -21,8 +21,8 @@ export interface MethodHandlerConfig extends ResolvedHandlerConfig {
 /**
  * A provider method called by your own code (or by an event emitter): the key is the
  * `key` option over the call's arguments, the fingerprint the arguments, and a
- * duplicate gets the first call's value back, or its cached error thrown again, as
- * `makeIdempotent` does. Errors of the library reach the caller as they are.
+ * duplicate gets a faithful copy of the first call's value back (see structured-value.ts),
+ * or its cached error thrown again, as `makeIdempotent` does. Errors of the library reach the caller as they are.
  */
 export class MethodAdapter implements TransportAdapter {
   readonly defaultInFlight: InFlightStrategy = 'wait';
@@ -40,13 +40,14 @@ export class MethodAdapter implements TransportAdapter {
     return undefined;
   }
 
+  /** The arguments; `f(x, undefined)` is the call `f(x)`. */
   fingerprintMaterial(context: ExecutionContext): unknown {
-    return context.getArgs();
+    return withoutTrailingUndefined(context.getArgs());
   }
 
+  /** In process, nothing JSON-shaped in between: the value is stored faithfully (Date, Map, bigint...). */
   captureValue(_context: ExecutionContext, value: unknown): StoredOutcome {
-    const reason = unstorableReason(value);
-    return reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) };
+    return valueOutcome(value, 'faithful');
   }
 
   captureError(_context: ExecutionContext, error: unknown): StoredOutcome {

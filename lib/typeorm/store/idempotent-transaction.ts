@@ -6,7 +6,7 @@ import type { IdempotencyEventListener } from '../../core/events.js';
 import { fingerprintOf, storageKeyOf } from '../../core/hash.js';
 import { normalizeIdempotencyKey } from '../../core/key.js';
 import { checkWholeNumber } from '../../core/options.js';
-import { deserializeOutcome, encodeValue, serializeOutcome, unstorableReason } from '../../core/outcome.js';
+import { deserializeOutcome, serializeOutcome, valueOutcome } from '../../core/outcome.js';
 import type { TransactionalRequest } from '../../core/store.js';
 import { recordSqlFor } from './record-sql.js';
 import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
@@ -44,7 +44,7 @@ export interface IdempotentTransactionOptions extends TransactionTuning {
 
 /** What `executeIdempotentTransaction` returns: the value, and whether it was replayed. */
 export interface IdempotentTransactionResult<T> {
-  /** The work's return value; on a replay, the stored value (JSON round-tripped). */
+  /** The work's return value; on a replay, a faithful copy of the stored value (Date, Map, bigint... as themselves). */
   readonly value: T;
   /** True when this call did not run the work and returned the committed result instead. */
   readonly replayed: boolean;
@@ -55,7 +55,9 @@ export interface IdempotentTransactionResult<T> {
  * inserts the idempotency record, so the business writes made through `manager` and the
  * stored result commit together. A concurrent duplicate waits for that commit and gets
  * the stored result; an error or a crash before commit leaves no trace, so a retry runs
- * cleanly. The result must be JSON-serializable (duplicates get it JSON round-tripped).
+ * cleanly. Duplicates get a faithful copy of the result (Date, Map, Set, bigint, Buffer
+ * come back as themselves); a result that cannot be copied (a function, a stream) is
+ * stored as not replayable, and duplicates get `IdempotencyNotReplayableError`.
  *
  * Do every write of the work through `manager` (or `getIdempotentEntityManager()`): writes
  * through the DataSource run outside the transaction, and may wait for a pool connection
@@ -102,9 +104,7 @@ export async function executeIdempotentTransaction<T>(
     request,
     async (manager) => {
       const value = await work(manager);
-      const reason = unstorableReason(value);
-      const result = serializeOutcome(reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) });
-      return { value, result };
+      return { value, result: serializeOutcome(valueOutcome(value, 'faithful')) };
     },
     options,
     options.onEvent,
