@@ -91,7 +91,7 @@ export function restoreShaped(stored: unknown, info: ShapeInfo | undefined): unk
     const slot = parent as Record<string | number, unknown>;
     if (kind === 'p') slot[last] = parsed(schema, data, slot[last]);
     else if (kind === 't') markType(slot[last], data);
-    else Object.defineProperty(slot, last, { enumerable: true, configurable: true, get: () => thrown(data) });
+    else Object.defineProperty(slot, last, { enumerable: false, configurable: true, get: () => thrown(data) }); // as a prototype getter: JSON skips it
   }
   return root;
 }
