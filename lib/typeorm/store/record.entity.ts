@@ -1,4 +1,5 @@
 import { Column, Entity, Index, PrimaryColumn, type ValueTransformer } from 'typeorm';
+import { mapColumnOnMysql } from '../column-types.js';
 import { DEFAULT_RECORDS_TABLE, expiryIndexNameOf, parseTableName, primaryKeyNameOf } from './record-sql.js';
 
 /** PostgreSQL returns bigint as a string; epoch ms fit a JS number exactly. */
@@ -43,6 +44,12 @@ function mapRecordEntity(target: IdempotencyRecordEntityClass, tableName: string
   Column({ name: 'created_at', type: 'bigint', transformer: epochMs })(proto, 'createdAt');
   Index(expiryIndexNameOf(table), ['expiresAt'])(target);
   Entity({ name: table, ...(schema ? { schema } : {}) })(target);
+  // MySQL / MariaDB: what the migration makes there. TEXT holds 64 KB, under the default
+  // maxResponseBytes (1 MiB); MEDIUMTEXT holds 16 MiB. The server's default collation
+  // usually ignores case, and keys and lease tokens differ by case (they never end in a
+  // space, so PAD SPACE utf8mb4_bin is exact for them).
+  mapColumnOnMysql(target, 'result', { type: 'mediumtext', collation: 'binary' });
+  for (const property of ['key', 'status', 'leaseToken', 'fingerprint']) mapColumnOnMysql(target, property, { collation: 'binary' });
 }
 
 /**
@@ -51,10 +58,11 @@ function mapRecordEntity(target: IdempotencyRecordEntityClass, tableName: string
  * or run `CreateIdempotencyRecords1700000000000` instead. The store itself speaks plain
  * SQL and does not need the entity to be registered.
  *
- * On MySQL and MariaDB prefer the migration (or `ensureTable()`): it makes `result`
- * MEDIUMTEXT and `key` binary-collated, where the entity's `text` column holds 64 KB there
- * and the server's default collation may ignore case. A schema sync or a generated
- * migration from the entity would turn `result` back into TEXT.
+ * On every database the columns are those the migration makes: on MySQL and MariaDB
+ * `result` is MEDIUMTEXT (16 MiB; TEXT would hold 64 KB) and the text columns are
+ * binary-collated (`utf8mb4_bin`), whatever the server's default collation. A table made
+ * from an older version of the entity (`result TEXT`) is refused by the store's `verify()`
+ * at boot, with the ALTER TABLE statement that fixes it (see docs/typeorm.md).
  */
 export class IdempotencyRecordEntity implements IdempotencyRecordRow {
   key: string;

@@ -4,6 +4,7 @@ import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import type { IdempotencyEvent, IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
+import { DEFAULT_MAX_RESPONSE_BYTES } from '../../core/defaults.js';
 import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
 import type {
   ClaimRequest,
@@ -12,7 +13,15 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../../core/store.js';
-import { configurationErrorOf } from './failures.js';
+import { configurationErrorOf, mysqlErrnoOf } from './failures.js';
+import {
+  checkResultCapacity,
+  forgetResultCapacity,
+  knownMysqlResultCapacity,
+  mysqlResultCapacityOf,
+  unstorableResult,
+  unstorableResultReason,
+} from './result-capacity.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { RateLimitedLog } from '../../observability/rate-limited-log.js';
 import { StoreEventListeners } from '../../core/store-events.js';
@@ -45,6 +54,16 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
    * @default undefined
    */
   entity?: Function;
+  /**
+   * The largest result the store must hold, in bytes of serialized outcome: the largest
+   * `maxResponseBytes` of the module and of the handlers that use this store. On MySQL /
+   * MariaDB `verify()` refuses, at boot, a `result` column or a server `max_allowed_packet`
+   * too small for it. Whatever it says, a result that the table or server can never take is
+   * stored as "not storable" (reported once as `response_not_storable`; duplicates get a
+   * not-replayable error), never retried until its lease is lost.
+   * @default 1_048_576 (the module's default maxResponseBytes)
+   */
+  maxResultBytes?: number;
   /**
    * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
    * the process alive), from the moment the store is known to work: after `verify()`,
@@ -127,6 +146,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     checkWholeNumber('TypeOrmIdempotencyStore', 'purgeBatchSize', options.purgeBatchSize, { example: '1_000' });
     checkWholeNumber('TypeOrmIdempotencyStore', 'purgeInterval', options.purgeInterval, { unit: 'ms', min: 0, example: '60_000' });
     checkTuning('TypeOrmIdempotencyStore', options);
+    checkWholeNumber('TypeOrmIdempotencyStore', 'maxResultBytes', options.maxResultBytes, { example: '1_048_576' });
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
     if (options.purgeInterval) this.purgeInterval = options.purgeInterval;
     // The driver type and the table name are known before the DataSource is initialized:
@@ -181,6 +201,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       await withRunner(this.dataSource, sql.dialect, (runner) => runner.query(sql.probe().sql));
       // MySQL family: learn now which claim the server takes, rather than on the first request.
       await serverRecordSql(this.dataSource, sql);
+      if (sql.dialect === 'mysql') {
+        forgetResultCapacity(this.dataSource, sql.table);
+        const capacity = await mysqlResultCapacityOf(this.dataSource, sql.table);
+        checkResultCapacity(sql.table, capacity, this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
+      }
     } catch (error) {
       throw this.failure(error);
     }
@@ -296,7 +321,36 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
-    return this.write(() => this.sql.complete(key, token, request.result, request.ttl));
+    const sql = this.sql;
+    if (sql.dialect !== 'mysql') return this.write(() => sql.complete(key, token, request.result, request.ttl));
+    // MySQL family: a result over the column or the server's packet can never be stored,
+    // and one over the packet would also cost the pool its connection. Store what stands
+    // for it instead, so the key completes once and a retry does not run the handler again.
+    let result = request.result;
+    try {
+      const capacity = knownMysqlResultCapacity(this.dataSource, sql.table) ?? (await mysqlResultCapacityOf(this.dataSource, sql.table));
+      const reason = unstorableResultReason(result, capacity);
+      if (reason) result = this.notStorable(key, reason);
+    } catch (error) {
+      throw this.failure(error);
+    }
+    try {
+      return await this.write(() => sql.complete(key, token, result, request.ttl));
+    } catch (error) {
+      // ER_DATA_TOO_LONG: the column is smaller than it said (another character set).
+      if (mysqlErrnoOf(error) !== 1406 || result !== request.result) throw error;
+      const stand = this.notStorable(
+        key,
+        `the response is ${Buffer.byteLength(result)} bytes, over what the records table's result column holds`,
+      );
+      return this.write(() => sql.complete(key, token, stand, request.ttl));
+    }
+  }
+
+  /** Reports a result that can never be stored, once, and returns what is stored instead. */
+  private notStorable(key: string, reason: string): string {
+    this.listeners.emit({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
+    return unstorableResult(reason);
   }
 
   async release(key: string, token: string): Promise<boolean> {
@@ -341,7 +395,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       () => work(),
       this.options,
       (event) => {
-        this.lockRetries++;
+        if (event.type === 'store_error') this.lockRetries++;
         this.listeners.emit(event);
       },
     );

@@ -15,6 +15,7 @@ import { configurationErrorOf, isConnectionLoss, sqlStateOf, transientLockErrorO
 import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { serverRecordSql, type RecordSql } from './record-sql.js';
+import { knownMysqlResultCapacity, mysqlResultCapacityOf, unstorableResult, unstorableResultReason } from './result-capacity.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
@@ -104,7 +105,7 @@ export async function runRecordTransaction<T>(
   const trace: FailureTrace = { connectionLost: false };
   const nested = transactionContext.getStore()?.dataSource === dataSource;
   try {
-    const path = { sql: await serverRecordSql(dataSource, sql), executor: sqlExecutorOf(dataSource) };
+    const path = { sql: await serverRecordSql(dataSource, sql), executor: sqlExecutorOf(dataSource), onEvent };
     if (path.sql.dialect !== 'mysql' || nested) return await openAndAttempt(dataSource, path, request, work, tuning, trace);
     return await retryingLockErrors(request.key, trace, onEvent, () => openAndAttempt(dataSource, path, request, work, tuning, trace));
   } catch (error) {
@@ -159,6 +160,8 @@ async function retryingLockErrors<T>(
 interface RecordPath {
   readonly sql: RecordSql;
   readonly executor: SqlExecutor;
+  /** Where a result that can never be stored is reported (`response_not_storable`). */
+  readonly onEvent: IdempotencyEventListener | undefined;
 }
 
 /** @internal Refuses a `TransactionTuning` value outside the one rule for numeric options. */
@@ -265,7 +268,8 @@ async function attempt<T>(
         trace.work = { error };
         throw error;
       }
-      const finished = await executor.runOn(runner, sql.finish(request.key, outcome.result, request.ttl));
+      const result = sql.dialect === 'mysql' ? await storableMysqlResult(runner, path, request.key, outcome.result) : outcome.result;
+      const finished = await executor.runOn(runner, sql.finish(request.key, result, request.ttl));
       if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
       open = false;
       await runner.commitTransaction();
@@ -420,4 +424,20 @@ async function guardRecordStatement<R>(
     if ((code === '40001' || code === '40P01') && !nested) return 'restart';
     throw error;
   }
+}
+
+/**
+ * MySQL family: the result to finish the record with. One the table or the server can never
+ * take (over the `result` column, or over `max_allowed_packet`, which would also close the
+ * connection) would roll the work back with the record, on every retry; the work commits
+ * instead, with an outcome that says the response is not storable (duplicates get a
+ * not-replayable error), reported once.
+ */
+async function storableMysqlResult(runner: QueryRunner, path: RecordPath, key: string, result: string): Promise<string> {
+  const dataSource = dataSourceOf(runner);
+  const capacity = knownMysqlResultCapacity(dataSource, path.sql.table) ?? (await mysqlResultCapacityOf(dataSource, path.sql.table));
+  const reason = unstorableResultReason(result, capacity);
+  if (!reason) return result;
+  path.onEvent?.({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
+  return unstorableResult(reason);
 }
