@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IdempotencyConfigurationError, isIdempotencyError, type IdempotencyStore } from '../core/index.js';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
@@ -8,7 +8,17 @@ import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport }
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
 import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
-import { resolveMethodConfig, scheduleAdapter, targetOf } from './method-runner.js';
+import { resolveMethodConfig, scheduleAdapter, staticMethodError, targetOf } from './method-runner.js';
+import type { IdempotentMethodOptions } from './method-options.js';
+import { MethodScopes } from './method-scope.js';
+import {
+  builtInstancesOf,
+  describeProvider,
+  providerKindOf,
+  runtimeReachableFrom,
+  sampleInstanceOf,
+  type ProviderWrapper,
+} from './provider-instances.js';
 import type { SchedulerRegistryLike } from './schedule.adapter.js';
 import { graphqlResolverKindOf } from './graphql-resolver.js';
 
@@ -20,7 +30,10 @@ import { graphqlResolverKindOf } from './graphql-resolver.js';
  * table, an unsupported driver).
  */
 @Injectable()
-export class IdempotencyExplorer implements OnModuleInit {
+export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
+  /** Instances this module gave its runtime to (from useFactory / useValue providers), taken back at shutdown. */
+  private readonly connected = new Map<object, IdempotencyRuntime>();
+
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
@@ -39,37 +52,43 @@ export class IdempotencyExplorer implements OnModuleInit {
       throw this.report(where, error);
     }
     const stores = new Set<IdempotencyStore>([this.service.store]);
+    // Per boot of this application: two applications in one process never see each other's methods here.
+    const scopes = new MethodScopes();
     let hasCronJobs = false;
-    for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
-      const instance = wrapper.instance as Record<string, unknown> | undefined;
-      if (!instance || typeof instance !== 'object' || !wrapper.metatype) continue;
-      const prototype = Object.getPrototypeOf(instance) as object | null;
+    for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()] as ProviderWrapper[]) {
+      // A useExisting alias hands out the instance of the provider it names, which is checked itself.
+      if (wrapper.isAlias) continue;
+      const sample = sampleInstanceOf(wrapper);
+      if (!sample) continue;
+      const prototype = Object.getPrototypeOf(sample) as object | null;
       if (!prototype) continue;
-      for (const name of this.scanner.getAllMethodNames(prototype)) {
-        const method = (prototype as Record<string, unknown>)[name] as Function;
-        const options = Reflect.getMetadata(IDEMPOTENT_METADATA, method) as IdempotentOptions | undefined;
-        if (!options) continue;
-        const handler = `${instance.constructor.name}.${name}`;
+      const owner = sample.constructor as Function;
+      this.refuseStaticMethods(owner);
+      const methods = this.decoratedMethods(prototype);
+      if (methods.length === 0) continue;
+      // Handlers served by another IdempotencyModule instance are that module's to check.
+      if (!this.connect(wrapper, owner, methods[0].name)) continue;
+      // Request-scoped and transient providers are one provider however many instances they make.
+      const provider = wrapper.isTransient || !wrapper.isDependencyTreeStatic() ? wrapper : sample;
+      for (const { name, method, options } of methods) {
+        const handler = `${owner.name}.${name}`;
         const transport = transportOf(method);
-        // Request-scoped and transient classes get their properties per request: only static ones can be checked here.
-        const isStatic = wrapper.isDependencyTreeStatic();
-        const runtime = instance[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
-        if (!runtime && isStatic) {
-          throw this.report(
-            handler,
-            new IdempotencyConfigurationError(
-              `@Idempotent() on ${handler} cannot find IdempotencyModule: the module that declares ${instance.constructor.name} does not import it.`,
-              'Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, or import IdempotencyModule into that module.',
-            ),
-          );
-        }
-        // Handlers served by another IdempotencyModule instance are that module's to check.
-        if (runtime && runtime.service !== this.service) continue;
         if (transport === 'unknown') {
           // A method without a request: a provider method, an event listener, a BullMQ processor, a schedule.
-          const target = targetOf(method, instance.constructor, name);
+          const target = targetOf(method, owner, name);
           try {
-            stores.add(resolveMethodConfig(target, options, this.service).policy.store);
+            const config = resolveMethodConfig(target, options, this.service);
+            stores.add(config.policy.store);
+            scopes.add({
+              operation: config.operation,
+              explicit: (options as IdempotentMethodOptions).scope !== undefined,
+              namedByClass: target.namedByClass,
+              handler: method,
+              owner,
+              handlerName: handler,
+              provider,
+              providerName: describeProvider(wrapper),
+            });
           } catch (error) {
             throw this.report(handler, error);
           }
@@ -91,10 +110,78 @@ export class IdempotencyExplorer implements OnModuleInit {
         stores.add(store);
       }
     }
+    try {
+      scopes.check();
+    } catch (error) {
+      throw this.report('IdempotencyModule', error);
+    }
     if (hasCronJobs) this.findSchedulerRegistry();
     for (const store of stores) {
       this.service.watchStore(store);
       await this.verify(store);
+    }
+  }
+
+  /** Gives back the runtimes this module put on instances Nest did not build, so that a later application can take them. */
+  onApplicationShutdown(): void {
+    for (const [instance, runtime] of this.connected) {
+      if ((instance as Record<string, unknown>)[RUNTIME_PROPERTY] === runtime)
+        delete (instance as Record<string, unknown>)[RUNTIME_PROPERTY];
+    }
+    this.connected.clear();
+  }
+
+  private decoratedMethods(prototype: object): Array<{ name: string; method: Function; options: IdempotentOptions }> {
+    const found = [];
+    for (const name of this.scanner.getAllMethodNames(prototype)) {
+      const method = (prototype as Record<string, unknown>)[name] as Function;
+      const options = Reflect.getMetadata(IDEMPOTENT_METADATA, method) as IdempotentOptions | undefined;
+      if (options) found.push({ name, method, options });
+    }
+    return found;
+  }
+
+  /**
+   * Whether this module serves the provider's `@Idempotent()` methods (false: another
+   * IdempotencyModule does). Nest injects the runtime as a property into the instances it
+   * builds from a class, a transient provider's included; an instance a `useFactory` or
+   * `useValue` provider hands over was built by the application, and gets the runtime of
+   * the module it is declared in here, as a class provider of that module would.
+   * Throws when the provider's module reaches no IdempotencyModule at all.
+   */
+  private connect(wrapper: ProviderWrapper, owner: Function, method: string): boolean {
+    const handler = `${owner.name}.${method}`;
+    const built = builtInstancesOf(wrapper) as Array<Record<string, unknown>>;
+    const kind = providerKindOf(wrapper);
+    const runtime =
+      kind === 'class' && built.length > 0
+        ? (built.map((instance) => instance[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined).find(Boolean) ?? undefined)
+        : runtimeReachableFrom(wrapper.host);
+    if (!runtime) throw this.report(handler, notImported(handler, wrapper));
+    if (runtime.service !== this.service) return false;
+    if (kind === 'class') return true;
+    for (const instance of built) {
+      const current = instance[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
+      if (current === runtime) continue;
+      if (current) throw this.report(handler, servedElsewhere(handler, owner, wrapper));
+      Object.defineProperty(instance, RUNTIME_PROPERTY, { value: runtime, configurable: true, writable: true, enumerable: false });
+      this.connected.set(instance, runtime);
+    }
+    return true;
+  }
+
+  /** A static method has no instance for Nest to inject into, so `@Idempotent()` there could never run protected. */
+  private refuseStaticMethods(owner: Function): void {
+    for (
+      let type: unknown = owner;
+      typeof type === 'function' && type !== Function.prototype && type !== Object;
+      type = Object.getPrototypeOf(type)
+    ) {
+      for (const name of Object.getOwnPropertyNames(type)) {
+        const value = Object.getOwnPropertyDescriptor(type, name)?.value as unknown;
+        if (typeof value !== 'function' || name === 'prototype' || !Reflect.getMetadata(IDEMPOTENT_METADATA, value)) continue;
+        throw this.report(`${owner.name}.${name}`, staticMethodError(owner.name, name));
+      }
     }
   }
 
@@ -134,4 +221,19 @@ function transportOf(method: Function): HandlerTransport {
   if (isMessageHandler(method)) return 'message';
   // Mutations are served; queries, subscriptions and field resolvers are refused by validation.
   return graphqlResolverKindOf(method) ?? 'unknown';
+}
+
+function notImported(handler: string, wrapper: ProviderWrapper): IdempotencyConfigurationError {
+  const module = wrapper.host?.name ?? 'its module';
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${handler} cannot find IdempotencyModule: ${describeProvider(wrapper)} cannot reach it (${module} does not import IdempotencyModule, and no IdempotencyModule is global).`,
+    `Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, or import IdempotencyModule into ${module}.`,
+  );
+}
+
+function servedElsewhere(handler: string, owner: Function, wrapper: ProviderWrapper): IdempotencyConfigurationError {
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${handler}: the ${owner.name} object of ${describeProvider(wrapper)} is already served by another IdempotencyModule: one object is provided to two applications (a shared useValue or a factory that returns a module-level instance), or to two modules with their own IdempotencyModule.`,
+    `Build one instance per application, e.g. useFactory: () => new ${owner.name}(...), or provide ${owner.name} as a class (providers: [${owner.name}]).`,
+  );
 }

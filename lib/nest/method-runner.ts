@@ -33,8 +33,16 @@ type MethodOptions = IdempotentOptions | IdempotentMethodOptions;
 const targets = new WeakMap<Function, WeakMap<Function, MethodTarget>>();
 const configs = new WeakMap<IdempotencyRuntime, WeakMap<Function, WeakMap<Function, MethodHandlerConfig>>>();
 
+/**
+ * The class each decorated method was last seen on by a boot check, to name it when it is
+ * called without its instance (a detached method has no `this` to read the class from).
+ * Only for messages: the same in every application that uses the class.
+ */
+const ownerNames = new WeakMap<Function, string>();
+
 /** What the method is (provider method, BullMQ processor, schedule), read once per method and class. */
 export function targetOf(handler: Function, owner: Function, propertyName: string): MethodTarget {
+  ownerNames.set(handler, owner.name);
   let byOwner = targets.get(handler);
   if (!byOwner) targets.set(handler, (byOwner = new WeakMap()));
   let target = byOwner.get(owner);
@@ -79,6 +87,12 @@ export function resolveMethodConfig(target: MethodTarget, own: MethodOptions, se
     fail(
       `scope on ${describe(target)} is the name of its operation (a non-empty string), got ${typeof scope === 'function' ? 'a function' : shown(scope)}.`,
       `Pass scope: '${target.operation}' (the default), or put who is asking into the key instead: key: (order) => \`\${order.tenantId}:\${order.id}\`.`,
+    );
+  }
+  if (scope === undefined && target.namedByClass && target.handlerName.startsWith('.')) {
+    fail(
+      `its class has no name, so its default scope ('${target.operation}') would not tell it from any other nameless class's method.`,
+      `Name the class (class RefundService { ... }), or pass scope: 'refunds.refund' (a name of your own for this operation).`,
     );
   }
   if (fingerprint !== undefined && fingerprint !== false && typeof fingerprint !== 'function') {
@@ -158,7 +172,7 @@ export function callWithoutRequest(
   args: unknown[],
   invoke: () => unknown,
 ): unknown {
-  const runtime = instance?.[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
+  const runtime = (instance as Record<string, unknown> | null | undefined)?.[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
   const owner = (instance?.constructor ?? Object) as Type<unknown>;
   const handlerName = `${owner.name}.${propertyName}`;
   if (isRequestHandler(handler)) {
@@ -169,14 +183,7 @@ export function callWithoutRequest(
         'in application code, move the effect into a provider method with @Idempotent({ key: (...args) => ... }) and call that.',
     );
   }
-  if (!runtime) {
-    return Promise.reject(
-      new IdempotencyConfigurationError(
-        `@Idempotent() on ${handlerName} cannot find IdempotencyModule: ${owner.name} was not created by a Nest module that imports it.`,
-        'Import IdempotencyModule.forRoot({ isGlobal: true }) in your root module, and get the instance from Nest (not with new).',
-      ),
-    );
-  }
+  if (!runtime) return Promise.reject(unconnectedCallError(instance, handler, propertyName));
   if (runtime.service.options.enabled === false) return invoke();
   let config: MethodHandlerConfig;
   try {
@@ -193,6 +200,59 @@ export function callWithoutRequest(
     if (isIdempotencyError(error) && error.code === IdempotencyErrorCode.InFlight) return undefined;
     throw error;
   });
+}
+
+/** `@Idempotent()` on a static method, refused at boot (the explorer) or when called. */
+export function staticMethodError(className: string, propertyName: string): IdempotencyConfigurationError {
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${className}.${propertyName}: it is a static method, which belongs to no instance Nest builds, so IdempotencyModule can never be injected for it and it could never run protected.`,
+    `Make ${propertyName} an instance method of an @Injectable() provider and call it on the instance Nest gives you, or wrap the function with makeIdempotent(fn, { store, key }).`,
+  );
+}
+
+/**
+ * Why a method without a request finds no runtime on its `this`, told apart by what
+ * `this` is: nothing (a detached method), the class itself (a static method), an object
+ * that does not have the method (it was passed as a callback and called on another
+ * object), or an instance Nest did not build.
+ */
+function unconnectedCallError(self: unknown, handler: Function, propertyName: string): IdempotencyConfigurationError {
+  const className = ownerNames.get(handler);
+  const method = className ? `${className}.${propertyName}` : `${propertyName}()`;
+  const detachedFix = `Call it on its instance (service.${propertyName}(...)), or pass a bound function: (...args) => service.${propertyName}(...args), or service.${propertyName}.bind(service).`;
+  if (self === undefined || self === null) {
+    return new IdempotencyConfigurationError(
+      `@Idempotent() on ${method} was called without its instance (\`this\` is ${String(self)}): the method was detached from the object Nest built, e.g. const f = service.${propertyName}; f(), or passed as a callback.`,
+      detachedFix,
+    );
+  }
+  if (typeof self === 'function') {
+    if ((self as unknown as Record<string, unknown>)[propertyName] === handler)
+      return staticMethodError((self as Function).name, propertyName);
+    return new IdempotencyConfigurationError(
+      `@Idempotent() on ${method} was called on ${(self as Function).name || 'a function'} instead of its instance: the method was detached from the object Nest built and called with another \`this\`.`,
+      detachedFix,
+    );
+  }
+  const owner = (self as object).constructor as Function | undefined;
+  if ((self as Record<string, unknown>)[propertyName] !== handler) {
+    return new IdempotencyConfigurationError(
+      `@Idempotent() on ${method} was called on ${describeThis(owner)} instead of its instance: the method was detached from the object Nest built (passed as a callback) and called with another \`this\`.`,
+      detachedFix,
+    );
+  }
+  const name = owner?.name || className || 'this';
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${name}.${propertyName} cannot find IdempotencyModule: this ${name} object was not built by Nest's injector (it was created with new, or by a request-scoped useFactory), so nothing connected it to IdempotencyModule.`,
+    `Get the instance from Nest (inject ${name}, or app.get(${name})) instead of constructing it, and provide it as a class (providers: [${name}]) or a singleton useFactory / useValue, which IdempotencyModule connects at boot. ` +
+      `In unit tests, build it with Test.createTestingModule({ imports: [IdempotencyTestingModule.forRoot()], providers: [${name}] }).`,
+  );
+}
+
+function describeThis(owner: Function | undefined): string {
+  const name = owner?.name;
+  if (!name || name === 'Object') return 'a plain object';
+  return `${/^[AEIOU]/.test(name) ? 'an' : 'a'} ${name}`;
 }
 
 function configFor(runtime: IdempotencyRuntime, handler: Function, owner: Function, propertyName: string, options: MethodOptions) {

@@ -42,6 +42,12 @@ export interface MethodTarget {
   readonly every?: number;
   /** A WebSocket gateway handler (`@SubscribeMessage()`): no adapter serves it, so `@Idempotent()` is refused there. */
   readonly gateway?: boolean;
+  /**
+   * The default operation is made of the class and method names (a provider method, a
+   * schedule without a name): two classes of one name would share it, so the explorer
+   * refuses such a pair at boot unless both name their `scope`.
+   */
+  readonly namedByClass: boolean;
 }
 
 /**
@@ -63,10 +69,12 @@ export function methodTargetOf(method: Function, owner: Function, propertyName: 
   const handlerName = `${owner.name}.${propertyName}`;
   const processor = Reflect.getMetadata(BULLMQ_PROCESSOR_METADATA, owner) as { name?: string } | undefined;
   if (processor && propertyName === 'process') {
-    return { kind: 'bullmq', handlerName, operation: `bullmq ${processor.name ?? 'default'}` };
+    return { kind: 'bullmq', handlerName, operation: `bullmq ${processor.name ?? 'default'}`, namedByClass: false };
   }
   const schedulerType = Reflect.getMetadata(SCHEDULER_TYPE, method) as number | undefined;
-  const scheduleName = (Reflect.getMetadata(SCHEDULER_NAME, method) as string | undefined) ?? handlerName;
+  const declaredName = Reflect.getMetadata(SCHEDULER_NAME, method) as string | undefined;
+  const scheduleName = declaredName ?? handlerName;
+  const namedByClass = declaredName === undefined;
   if (schedulerType === CRON) {
     const options = (Reflect.getMetadata(SCHEDULE_CRON_OPTIONS, method) ?? {}) as {
       cronTime?: unknown;
@@ -77,17 +85,18 @@ export function methodTargetOf(method: Function, owner: Function, propertyName: 
       kind: 'cron',
       handlerName,
       operation: `cron ${scheduleName}`,
+      namedByClass,
       cron: { cronTime: options.cronTime, timeZone: options.timeZone, utcOffset: options.utcOffset },
     };
   }
   if (schedulerType === INTERVAL) {
     const options = (Reflect.getMetadata(SCHEDULE_INTERVAL_OPTIONS, method) ?? {}) as { timeout?: number };
-    return { kind: 'interval', handlerName, operation: `interval ${scheduleName}`, every: options.timeout };
+    return { kind: 'interval', handlerName, operation: `interval ${scheduleName}`, every: options.timeout, namedByClass };
   }
   const listeners = Reflect.getMetadata(EVENT_LISTENER_METADATA, method) as Array<{ event?: unknown }> | undefined;
   const events = listeners?.map((listener) => eventName(listener.event));
   const gateway = Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true || undefined;
-  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, gateway };
+  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, gateway, namedByClass: true };
 }
 
 function eventName(event: unknown): string {
