@@ -21,7 +21,7 @@ interface JobLike {
   name?: string;
   data?: unknown;
   /** When the job was added (epoch ms): set once by BullMQ, kept by every retry, stall and `job.retry()`. */
-  timestamp?: number;
+  timestamp?: number | string;
 }
 
 /**
@@ -44,7 +44,8 @@ export function defaultJobKey(job: JobLike | undefined): string | undefined {
   const id = job?.id === undefined || job.id === null ? undefined : String(job.id);
   if (id === undefined || id === '') return undefined;
   if (!COUNTER_ID.test(id)) return id;
-  const timestamp = job?.timestamp;
+  // A number in BullMQ 6; read from Redis as it is stored (digits), should a version hand the raw field over.
+  const timestamp = typeof job?.timestamp === 'string' && COUNTER_ID.test(job.timestamp) ? Number(job.timestamp) : job?.timestamp;
   return typeof timestamp === 'number' && Number.isSafeInteger(timestamp) && timestamp > 0 ? `${id}:${timestamp}` : undefined;
 }
 

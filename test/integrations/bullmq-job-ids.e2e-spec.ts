@@ -62,8 +62,10 @@ describe('the default key of a BullMQ job', () => {
     // Ids of BullMQ's job schedulers and repeatable jobs carry their own time.
     expect(defaultJobKey({ id: 'repeat:nightly:1764625404000', timestamp: 1_764_625_404_003 })).toBe('repeat:nightly:1764625404000');
     expect(defaultJobKey({ id: '7', timestamp: 1_764_625_404_000 })).toBe('7:1764625404000');
+    expect(defaultJobKey({ id: '7', timestamp: '1764625404000' })).toBe('7:1764625404000');
     // Never a key that could name another job: a counter id without its time has none.
     expect(defaultJobKey({ id: '7' })).toBeUndefined();
+    expect(defaultJobKey({ id: '7', timestamp: 'NaN' })).toBeUndefined();
     expect(defaultJobKey({ id: '' })).toBeUndefined();
     expect(defaultJobKey(undefined)).toBeUndefined();
   });
