@@ -23,6 +23,10 @@ export const CONFORMANCE_DRIVERS = {
   interval: { serves: 'method:interval', what: 'an @nestjs/schedule @Interval() job' },
   'make-idempotent': { serves: 'caller:makeIdempotent', what: 'makeIdempotent(fn, { store, key })' },
   'service-run': { serves: 'caller:IdempotencyService.run', what: 'IdempotencyService.run(key, fn, { scope, fingerprint })' },
+  'run-idempotent-transaction': {
+    serves: 'caller:executeIdempotentTransaction',
+    what: 'runIdempotentTransaction(dataSource, { key, scope, fingerprint }, work) of nestjs-idempotency/typeorm',
+  },
 } as const satisfies Record<string, { serves: string; what: string }>;
 
 export type EntryId = keyof typeof CONFORMANCE_DRIVERS;
@@ -48,4 +52,5 @@ export const PROTOCOL_CALLERS: Record<string, string> = {
   'IdempotencyRuntime.runTransactional': 'runtime',
   makeIdempotent: 'caller:makeIdempotent',
   'IdempotencyService.run': 'caller:IdempotencyService.run',
+  executeIdempotentTransaction: 'caller:executeIdempotentTransaction',
 };
