@@ -2,17 +2,15 @@ import { HttpException, type ExecutionContext } from '@nestjs/common';
 import { IdempotencyKeyInvalidError, IdempotencyNotReplayableError, type IdempotencyError } from '../core/errors.js';
 import { parseIdempotencyKeyHeader } from '../core/key.js';
 import { decodeValue, encodeValue, unstorableReason, type OutcomeMeta, type StoredOutcome } from '../core/outcome.js';
+import { hiddenBodyMaterial, type BodyCarrier } from './http-body-material.js';
 import { REPLAYED_HEADER } from './idempotency.constants.js';
 import { principalOfUser } from './principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from './problem.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
-interface HttpRequestLike {
-  method?: string;
-  headers: Record<string, string | string[] | undefined>;
+interface HttpRequestLike extends BodyCarrier {
   params?: unknown;
   query?: unknown;
-  body?: unknown;
   user?: unknown;
 }
 
@@ -65,9 +63,17 @@ export class HttpTransportAdapter implements TransportAdapter {
     return principalOfUser(requestOf(context).user, 'request', '(ctx) => ctx.switchToHttp().getRequest().user.accountId');
   }
 
+  /**
+   * Method, route parameters, query and parsed body; plus, where `body` does not show
+   * them, the raw bytes (Nest's `rawBody: true`) and multer's uploaded files (see
+   * `hiddenBodyMaterial`).
+   */
   fingerprintMaterial(context: ExecutionContext): unknown {
     const request = requestOf(context);
-    return { method: request.method, params: request.params ?? {}, query: request.query ?? {}, body: request.body ?? null };
+    const material = { method: request.method, params: request.params ?? {}, query: request.query ?? {}, body: request.body ?? null };
+    const hidden = hiddenBodyMaterial(request);
+    if (hidden === undefined) return material;
+    return isPromise(hidden) ? hidden.then((more) => ({ ...material, ...more })) : { ...material, ...hidden };
   }
 
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome {
@@ -150,4 +156,8 @@ function asHttpException(error: unknown): HttpException | undefined {
   return candidate && typeof candidate.getStatus === 'function' && typeof candidate.getResponse === 'function'
     ? (candidate as HttpException)
     : undefined;
+}
+
+function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
+  return typeof (value as Promise<T>).then === 'function';
 }

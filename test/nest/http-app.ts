@@ -171,7 +171,13 @@ export interface Hooks {
 
 export async function createHttpApp(
   platform: Platform,
-  options: { module?: IdempotencyModuleOptions; extraProviders?: any[]; slowMs?: number } = {},
+  options: {
+    module?: IdempotencyModuleOptions;
+    extraProviders?: any[];
+    slowMs?: number;
+    /** Runs before `init()`: middleware, global enhancers. */
+    configure?: (app: INestApplication) => void;
+  } = {},
 ): Promise<{ app: INestApplication; effects: Effects; hooks: Hooks }> {
   const effects = new Effects();
   const hooks: Hooks = { slowMs: options.slowMs ?? 100, failNext: { value: true } };
@@ -186,6 +192,7 @@ export async function createHttpApp(
     platform === 'fastify'
       ? await NestFactory.create(AppModule, new FastifyAdapter(), { logger: false })
       : await NestFactory.create(AppModule, { logger: false });
+  options.configure?.(app);
   await app.init();
   if (platform === 'fastify') await (app.getHttpAdapter().getInstance() as { ready(): Promise<void> }).ready();
   return { app, effects, hooks };
