@@ -1,56 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import { IdempotencyConfigurationError } from '../core/errors.js';
-import { checkWholeNumber } from '../core/options.js';
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import { NearCacheDbIdentity } from './near-cache-db-identity.js';
+import type { NearCacheClient, RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
 
-/**
- * Options of the near cache of `RedisIdempotencyStore` (see the store's `nearCache`
- * option and docs/redis.md, "Near cache").
- */
-export interface RedisNearCacheOptions {
-  /**
-   * Most completed records kept in process memory; past it the oldest inserted is dropped.
-   * @default 10_000
-   */
-  maxEntries?: number;
-  /**
-   * Most memory the cached records may take, in bytes, counted as 2 bytes per UTF-16 code
-   * unit of every string of a record (key, result, fingerprint, lease token) plus a fixed
-   * 400 bytes per entry; past it the oldest inserted is dropped. A record counted above
-   * an eighth of this bound is not cached at all.
-   * @default 16 * 1024 * 1024 (16 MiB)
-   */
-  maxBytes?: number;
-  /**
-   * Longest time a cached record may be answered without asking Redis, in ms, counted
-   * from the claim that read it. The bound on staleness should invalidation messages
-   * ever stop arriving unnoticed.
-   * @default 60_000
-   */
-  maxAge?: number;
-}
+export {
+  DEFAULT_NEAR_CACHE_MAX_AGE,
+  DEFAULT_NEAR_CACHE_MAX_BYTES,
+  DEFAULT_NEAR_CACHE_MAX_ENTRIES,
+  resolveNearCacheOptions,
+  type NearCacheClient,
+  type RedisNearCacheOptions,
+  type RedisNearCacheStats,
+  type ResolvedNearCacheOptions,
+} from './near-cache-options.js';
 
-/** What the near cache of a `RedisIdempotencyStore` holds and did (`nearCacheStats()`). */
-export interface RedisNearCacheStats {
-  /** True while Redis's invalidation messages are proven to arrive, so cached records are answered. */
-  readonly enabled: boolean;
-  /** Completed records held now. */
-  readonly entries: number;
-  /** Their counted size (see `RedisNearCacheOptions.maxBytes`). */
-  readonly bytes: number;
-  /** Claims answered from process memory. */
-  readonly hits: number;
-  /** Claims that went to Redis. */
-  readonly misses: number;
-  /** Invalidation notices received: one per key written under the prefix, by any instance. */
-  readonly invalidations: number;
-  /** Records dropped to stay within `maxEntries` or `maxBytes`. */
-  readonly evictions: number;
-}
-
-export const DEFAULT_NEAR_CACHE_MAX_ENTRIES = 10_000;
-export const DEFAULT_NEAR_CACHE_MAX_BYTES = 16 * 1024 * 1024;
-export const DEFAULT_NEAR_CACHE_MAX_AGE = 60_000;
 /**
  * Counted per entry on top of its strings: the cache entry, the frozen claim result and
  * record objects and the Map slot. Measured with V8 (Node 20, heap growth per entry with
@@ -88,14 +51,6 @@ interface TrackingConnection {
   removeAllListeners(event?: string): unknown;
 }
 
-/** The user's client as the near cache needs it. */
-export interface NearCacheClient {
-  eval(script: string, numkeys: number, ...args: (string | number)[]): Promise<unknown>;
-  duplicate?(override?: Record<string, unknown>): unknown;
-  readonly isCluster?: boolean;
-  readonly options?: { readonly keyPrefix?: string };
-}
-
 interface Entry {
   readonly result: ClaimResult;
   /** `performance.now()` after which the entry is not answered. */
@@ -116,49 +71,6 @@ export interface PendingRead {
   readonly startedAt: number;
 }
 
-export interface ResolvedNearCacheOptions {
-  readonly maxEntries: number;
-  readonly maxBytes: number;
-  readonly maxAge: number;
-}
-
-const OWNER = 'RedisIdempotencyStore';
-
-/** Checks the `nearCache` option; undefined when the cache is off. */
-export function resolveNearCacheOptions(
-  option: boolean | RedisNearCacheOptions | undefined,
-  client: NearCacheClient,
-): ResolvedNearCacheOptions | undefined {
-  if (option === undefined || option === false) return undefined;
-  if (option !== true && (typeof option !== 'object' || option === null || Array.isArray(option))) {
-    throw new IdempotencyConfigurationError(
-      `${OWNER}: nearCache must be true, false or an options object, got ${String(option)}.`,
-      'Write nearCache: true, or nearCache: { maxEntries: 10_000, maxBytes: 16 * 1024 * 1024, maxAge: 60_000 }.',
-    );
-  }
-  const options: RedisNearCacheOptions = option === true ? {} : option;
-  checkWholeNumber(OWNER, 'nearCache.maxEntries', options.maxEntries, { example: '10_000' });
-  checkWholeNumber(OWNER, 'nearCache.maxBytes', options.maxBytes, { example: '16 * 1024 * 1024' });
-  checkWholeNumber(OWNER, 'nearCache.maxAge', options.maxAge, { unit: 'ms', example: '60_000' });
-  if (client.isCluster === true) {
-    throw new IdempotencyConfigurationError(
-      `${OWNER}: nearCache is not available with a Redis Cluster client.`,
-      'Invalidation tracking is per node and is not built for Cluster: remove the nearCache option, or use a standalone (or Sentinel) client.',
-    );
-  }
-  if (typeof client.duplicate !== 'function') {
-    throw new IdempotencyConfigurationError(
-      `${OWNER}: nearCache needs a client with duplicate(), to open its own connection for Redis's invalidation messages.`,
-      'Pass an ioredis 5 or 6 Redis client (new Redis(...)), or remove the nearCache option.',
-    );
-  }
-  return {
-    maxEntries: options.maxEntries ?? DEFAULT_NEAR_CACHE_MAX_ENTRIES,
-    maxBytes: options.maxBytes ?? DEFAULT_NEAR_CACHE_MAX_BYTES,
-    maxAge: options.maxAge ?? DEFAULT_NEAR_CACHE_MAX_AGE,
-  };
-}
-
 /**
  * Completed records of a `RedisIdempotencyStore` kept in process memory, so a replay
  * costs no round trip, and kept correct across instances by Redis server-assisted
@@ -177,6 +89,13 @@ export function resolveNearCacheOptions(
  * Every entry is also bounded in time: `maxAge` from the claim that read it, and the
  * record's own expiry on the Redis clock (compared with `TIME` when tracking starts,
  * then every 5 minutes).
+ *
+ * `FLUSHDB` / `FLUSHALL` arrive as an invalidation without a key, which empties the cache
+ * and keeps every claim in flight from inserting; Redis sends it just after it answered
+ * the flushing client, so until it arrives a flushed record may still be answered (see
+ * `sync()`). `SWAPDB` sends nothing: the database's identity (`NearCacheDbIdentity`) is
+ * read with every heartbeat, and entries are answered only while the last read that
+ * found it unchanged was sent less than a heartbeat plus the timeout ago.
  */
 export class NearCache {
   private readonly entries = new Map<string, Entry>();
@@ -184,6 +103,16 @@ export class NearCache {
   private enabled = false;
   /** Bumped on every enabling, disabling and emptying: a read started in another generation inserts nothing. */
   private generation = 0;
+  /**
+   * Bumped on every disabling only: what a tracking set-up, heartbeat or sync started
+   * under another session no longer applies. An emptying (a flush) is no such event: a
+   * proof or heartbeat under way when a flush arrives still counts.
+   */
+  private session = 0;
+  private readonly identity: NearCacheDbIdentity;
+  /** `performance.now()` until which the database is known not to be swapped: nothing is answered after it. */
+  private identityValidUntil = 0;
+  private identityInFlight = false;
   /** Counts invalidations of pending keys: a read inserts only if its key was not invalidated after `since`. */
   private sequence = 0;
   private bytes = 0;
@@ -222,13 +151,15 @@ export class NearCache {
     this.keyPrefix = client.options?.keyPrefix ?? '';
     this.trackedPrefix = this.keyPrefix + prefix;
     this.probeTimeout = timeout > 0 ? timeout : 2_000;
+    this.identity = new NearCacheDbIdentity(client, prefix);
   }
 
   /** The cached answer to a claim of `key`, if one may be given without Redis. Starts the cache on first use. */
   lookup(key: string): ClaimResult | undefined {
     const entry = this.entries.get(key);
     if (entry !== undefined) {
-      if (this.enabled && entry.deadline > performance.now()) {
+      const now = performance.now();
+      if (this.enabled && entry.deadline > now && now < this.identityValidUntil) {
         this.hits++;
         return entry.result;
       }
@@ -366,7 +297,10 @@ export class NearCache {
 
   private disable(): void {
     this.enabled = false;
+    this.session++;
     this.trackingClientId = undefined;
+    this.identityValidUntil = 0;
+    this.identity.reset();
     this.clear();
   }
 
@@ -412,38 +346,97 @@ export class NearCache {
     this.startHeartbeat(connection);
   }
 
-  /** While the cache answers, a PING every HEARTBEAT_MS; no answer within the timeout means the connection is gone. */
+  /**
+   * While the cache answers, every HEARTBEAT_MS: a PING on the tracking connection (no
+   * answer within the timeout means the connection is gone) and a read of the database's
+   * identity (a SWAPDB sends no invalidation).
+   */
   private startHeartbeat(connection: TrackingConnection): void {
     this.stopHeartbeat();
     this.heartbeat = setInterval(() => {
-      if (!this.enabled || this.heartbeatInFlight || this.connection !== connection) return;
+      if (!this.enabled || this.connection !== connection) return;
+      const session = this.session;
+      void this.checkIdentity(session);
+      if (this.heartbeatInFlight) return;
       this.heartbeatInFlight = true;
-      const generation = this.generation;
-      if (++this.heartbeats % CLOCK_EVERY_HEARTBEATS === 0) void this.compareClocks(generation);
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`the near cache connection did not answer PING within ${this.probeTimeout} ms`)),
-          this.probeTimeout,
-        );
-        timer.unref();
+      if (++this.heartbeats % CLOCK_EVERY_HEARTBEATS === 0) void this.compareClocks(session);
+      this.ping(connection, session).finally(() => {
+        this.heartbeatInFlight = false;
       });
-      Promise.race([connection.call('PING'), late])
-        .catch((error: unknown) => {
-          if (this.connection !== connection || this.generation !== generation || this.closed) return;
-          this.disable();
-          this.report(
-            error,
-            'the near cache connection stopped answering; the cache answers nothing until it is reconnected and proven again',
-          );
-          connection.disconnect(true);
-        })
-        .finally(() => {
-          clearTimeout(timer);
-          this.heartbeatInFlight = false;
-        });
     }, HEARTBEAT_MS);
     this.heartbeat.unref();
+  }
+
+  /**
+   * A PING on the tracking connection. Redis answers it after every invalidation it queued
+   * to that connection before, and the client handles replies in order, so once it
+   * resolves, those invalidations have been applied. Unanswered within the timeout, or
+   * failed: the connection is taken as lost (switched off, emptied, reconnected).
+   */
+  private async ping(connection: TrackingConnection, session: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the near cache connection did not answer PING within ${this.probeTimeout} ms`)),
+        this.probeTimeout,
+      );
+      timer.unref();
+    });
+    try {
+      await Promise.race([connection.call('PING'), late]);
+    } catch (error) {
+      if (this.connection !== connection || this.session !== session || this.closed) return;
+      this.disable();
+      this.report(error, 'the near cache connection stopped answering; the cache answers nothing until it is reconnected and proven again');
+      connection.disconnect(true);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Reads the database's identity through the user's client: changed (a SWAPDB, or a
+   * flush whose invalidation has not arrived) empties the cache; unchanged lets entries be
+   * answered for a heartbeat plus the timeout after the read was sent, time for the next
+   * read to come back. A failed read extends nothing, so answering stops when that runs
+   * out. Returns false when the read failed.
+   */
+  private async checkIdentity(session: number, force = false): Promise<boolean> {
+    // One heartbeat read at a time; a sync() sends its own, as it must be sent after the call.
+    if (this.identityInFlight && !force) return true;
+    if (!force) this.identityInFlight = true;
+    const sentAt = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('the identity read did not answer in time')), this.probeTimeout);
+        timer.unref();
+      });
+      const verdict = await Promise.race([this.identity.read(), late]);
+      if (this.session !== session || verdict === 'outdated') return true;
+      if (verdict === 'changed') this.clear();
+      this.identityValidUntil = Math.max(this.identityValidUntil, sentAt + HEARTBEAT_MS + this.probeTimeout);
+      return true;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+      if (!force) this.identityInFlight = false;
+    }
+  }
+
+  /**
+   * Resolves once the cache reflects every write, delete, flush and SWAPDB that Redis ran
+   * before the call: a PING on the tracking connection (see `ping`) and a read of the
+   * database's identity, sent together. What cannot be confirmed is dropped: a failed
+   * PING switches the cache off, a failed identity read empties it. Never rejects.
+   */
+  async sync(): Promise<void> {
+    const connection = this.connection;
+    if (!this.enabled || connection === undefined) return;
+    const session = this.session;
+    const [, confirmed] = await Promise.all([this.ping(connection, session), this.checkIdentity(session, true)]);
+    if (!confirmed && this.session === session) this.clear();
   }
 
   /**
@@ -451,12 +444,12 @@ export class NearCache {
    * cannot send it): a new offset and measurement time, or nothing if it fails (the
    * drift allowance keeps growing meanwhile, which only shortens deadlines).
    */
-  private async compareClocks(generation: number): Promise<void> {
+  private async compareClocks(session: number): Promise<void> {
     try {
       const before = performance.now();
       const time = (await this.client.eval(`return redis.call('TIME')`, 0)) as unknown[];
       const after = performance.now();
-      if (this.generation !== generation || after - before > this.probeTimeout) return;
+      if (this.session !== session || after - before > this.probeTimeout) return;
       this.setClock(time, before, after);
     } catch {
       // The next comparison, or the next connection, measures again.
@@ -495,8 +488,8 @@ export class NearCache {
   /** On every `ready`: tracking on, subscribed, clocks compared, delivery proven; then answering starts. */
   private async track(connection: TrackingConnection): Promise<void> {
     this.disable();
-    const generation = this.generation;
-    const current = () => this.connection === connection && this.generation === generation && !this.closed;
+    const session = this.session;
+    const current = () => this.connection === connection && this.session === session && !this.closed;
     try {
       const id = Number(await connection.call('CLIENT', 'ID'));
       const before = performance.now();
@@ -508,6 +501,11 @@ export class NearCache {
       if (!current()) return;
       await this.proveDelivery(current);
       if (!current()) return;
+      // The database the cache is filled from, known before anything is cached.
+      const sentAt = performance.now();
+      await this.identity.read();
+      if (!current()) return;
+      this.identityValidUntil = sentAt + HEARTBEAT_MS + this.probeTimeout;
       this.setClock(time, before, after);
       this.trackingClientId = id;
       this.retryDelay = FIRST_RETRY_MS;

@@ -238,6 +238,19 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     await this.nearCache?.close();
   }
 
+  /**
+   * Resolves once the near cache reflects every write, delete, `FLUSHDB`, `FLUSHALL` and
+   * `SWAPDB` that Redis ran before the call (one `PING` on the cache's own connection and
+   * one read through the client, sent together). Redis sends a flush's invalidation just
+   * after it answers the flushing client, so call it after a flush, a swap or a delete
+   * made outside this store, before claims that must not see the old records (tests that
+   * flush between cases, say). Resolves at once when the cache is off; never rejects.
+   * See docs/redis.md, "Near cache".
+   */
+  async syncNearCache(): Promise<void> {
+    await this.nearCache?.sync();
+  }
+
   /** What the near cache holds and did; `undefined` when the `nearCache` option is off. */
   nearCacheStats(): RedisNearCacheStats | undefined {
     return this.nearCache?.stats();
