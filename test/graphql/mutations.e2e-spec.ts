@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { IdempotencyInterceptor, MemoryIdempotencyStore, type IdempotencyStore } from '../../lib/index.js';
+import type { CompleteRequest } from '../../lib/core/store.js';
 import { captureLogger } from '../support/capture-logger.js';
 import { createGraphqlApp, Effects, gate, gql, until, type Hooks } from './graphql-app.js';
 
@@ -310,5 +311,41 @@ describe('GraphQL mutations: store outage, logs and the interceptor entry point'
     // Mutations run in order, and a non-null field's error ends the operation: b never runs.
     expect(missing.errors!.map((e) => [e.path, e.extensions!.code])).toEqual([[['a'], 'IDEMPOTENCY_KEY_MISSING']]);
     expect(effects.count('refund:i')).toBe(2);
+  });
+});
+
+describe('GraphQL records stored by 0.4.0', () => {
+  /** Writes every result as 0.4.0 did: the plain JSON value, with the paths of its Dates beside it. */
+  class LegacyFormatStore extends MemoryIdempotencyStore {
+    override complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
+      const refund = {
+        id: 'rf_legacy_1',
+        amount: 2,
+        run: 1,
+        createdAt: '2026-01-01T12:30:00.000Z',
+        steps: ['2026-01-01T12:30:00.000Z', '2026-01-01T12:30:01.000Z'],
+      };
+      const legacy = {
+        kind: 'value',
+        value: { t: 'j', v: { __nestjsIdempotencyDates: [['createdAt'], ['steps', 0], ['steps', 1]], value: refund } },
+      };
+      return super.complete(key, token, { ...request, result: JSON.stringify(legacy) });
+    }
+  }
+  let app: INestApplication | undefined;
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('still replay, their Dates as DateTime values', async () => {
+    const effects = new Effects();
+    let url: string;
+    ({ app, url } = await createGraphqlApp(effects, {}, { store: new LegacyFormatStore() }));
+    const key = randomUUID();
+    const query = 'mutation { refund(orderId: "legacy", amount: 2) { id amount run createdAt steps } }';
+    const first = await gql(url, query, { key });
+    expect(first.errors).toBeUndefined();
+    expect(await gql(url, query, { key })).toEqual(first);
+    expect(effects.count('refund:legacy')).toBe(1);
   });
 });
