@@ -9,13 +9,24 @@
  * - `adapter:<key>`: a transport adapter of `IdempotencyRuntime` (its `adapters` record);
  * - `method:<kind>`: a `MethodKind` of lib/nest/method-target.ts (provider methods, jobs, schedules);
  * - `caller:<name>`: a function outside the runtime that runs the protocol itself (`makeIdempotent`).
+ *
+ * `path` (request adapters): through which entry of the runtime the driver's requests go.
  */
 export const CONFORMANCE_DRIVERS = {
-  express: { serves: 'adapter:http', what: 'HTTP routes on @nestjs/platform-express' },
-  fastify: { serves: 'adapter:http', what: 'HTTP routes on @nestjs/platform-fastify' },
-  tcp: { serves: 'adapter:rpc', what: '@MessagePattern handlers on Transport.TCP (key option over the payload)' },
-  nats: { serves: 'adapter:rpc', what: '@MessagePattern handlers on Transport.NATS (key from the Idempotency-Key header)' },
-  graphql: { serves: 'adapter:graphql', what: 'GraphQL mutations (Apollo, code first)' },
+  express: { serves: 'adapter:http', path: 'wrapper', what: 'HTTP routes on @nestjs/platform-express' },
+  fastify: { serves: 'adapter:http', path: 'wrapper', what: 'HTTP routes on @nestjs/platform-fastify' },
+  'express-interceptor': { serves: 'adapter:http', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  'fastify-interceptor': { serves: 'adapter:http', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  tcp: { serves: 'adapter:rpc', path: 'wrapper', what: '@MessagePattern handlers on Transport.TCP (key option over the payload)' },
+  nats: {
+    serves: 'adapter:rpc',
+    path: 'wrapper',
+    what: '@MessagePattern handlers on Transport.NATS (key from the Idempotency-Key header)',
+  },
+  'tcp-interceptor': { serves: 'adapter:rpc', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  'nats-interceptor': { serves: 'adapter:rpc', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  graphql: { serves: 'adapter:graphql', path: 'wrapper', what: 'GraphQL mutations (Apollo, code first)' },
+  'graphql-interceptor': { serves: 'adapter:graphql', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   'service-method': { serves: 'method:method', what: '@Idempotent({ key }) on a provider method your code calls' },
   event: { serves: 'method:method', what: '@Idempotent({ key }) on an @OnEvent() listener (emitAsync)' },
   bullmq: { serves: 'method:bullmq', what: 'process(job) of an @nestjs/bullmq WorkerHost' },
@@ -27,7 +38,14 @@ export const CONFORMANCE_DRIVERS = {
     serves: 'caller:executeIdempotentTransaction',
     what: 'runIdempotentTransaction(dataSource, { key, scope, fingerprint }, work) of nestjs-idempotency/typeorm',
   },
-} as const satisfies Record<string, { serves: string; what: string }>;
+} as const satisfies Record<string, { serves: string; what: string; path?: RuntimePath }>;
+
+/**
+ * The two ways a request reaches the runtime's protocol: `@Idempotent()`'s method wrapper
+ * (the default) and `IdempotencyInterceptor` (registered by the application). Every
+ * transport adapter is run through both.
+ */
+export type RuntimePath = 'wrapper' | 'interceptor';
 
 export type EntryId = keyof typeof CONFORMANCE_DRIVERS;
 

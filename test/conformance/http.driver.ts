@@ -20,7 +20,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Exclude, Expose } from 'class-transformer';
 import { randomUUID } from 'node:crypto';
 import { map, type Observable } from 'rxjs';
-import { Idempotent, IdempotencyModule } from '../../lib/index.js';
+import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
 import { KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
@@ -196,7 +196,8 @@ function expectSameHttp(first: HttpSeen, replay: HttpSeen): void {
   expect(replay.headers['idempotent-replayed']).toBe('true');
 }
 
-export function httpDriver(platform: Platform): ConformanceDriver<HttpInput, HttpSeen> {
+/** `interceptor`: IdempotencyInterceptor registered globally (APP_INTERCEPTOR) runs the protocol instead of @Idempotent()'s method wrapper. */
+export function httpDriver(platform: Platform, options: { interceptor?: boolean } = {}): ConformanceDriver<HttpInput, HttpSeen> {
   const effects = new Effects();
   let app: INestApplication;
   let base = '';
@@ -237,7 +238,7 @@ export function httpDriver(platform: Platform): ConformanceDriver<HttpInput, Htt
   ];
 
   return {
-    entry: platform,
+    entry: options.interceptor ? `${platform}-interceptor` : platform,
     async boot(store) {
       @Module({
         imports: [
@@ -249,6 +250,7 @@ export function httpDriver(platform: Platform): ConformanceDriver<HttpInput, Htt
         providers: [
           { provide: APP_GUARD, useClass: UserFromHeaderGuard },
           { provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor },
+          ...(options.interceptor ? [{ provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor }] : []),
         ],
       })
       class AppModule {}

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import * as ts from 'typescript';
-import { IdempotencyRuntime, type IdempotencyService, type TransportAdapter } from '../../lib/index.js';
+import { IdempotencyInterceptor, IdempotencyRuntime, type IdempotencyService, type TransportAdapter } from '../../lib/index.js';
 import { CONFORMANCE_DRIVERS, REQUIRED_DRIVERS, type EntryId } from './drivers.js';
 
 /**
@@ -132,6 +132,18 @@ describe('every entry point of the library has a conformance driver', () => {
       if (servedBy(`caller:${caller}`).length === 0) unserved.push(`${caller} (${where})`);
     }
     expect(unserved).toEqual([]);
+  });
+
+  it('each transport adapter through both entries of the runtime: the method wrapper and IdempotencyInterceptor', () => {
+    expect(typeof IdempotencyInterceptor).toBe('function');
+    const missing: string[] = [];
+    for (const key of runtimeAdapters()) {
+      for (const path of ['wrapper', 'interceptor'] as const) {
+        const found = drivers.some(([, driver]) => driver.serves === `adapter:${key}` && 'path' in driver && driver.path === path);
+        if (!found) missing.push(`adapter:${key} via ${path}`);
+      }
+    }
+    expect(missing).toEqual([]);
   });
 
   it('each way of serving an adapter or kind that needs a driver of its own', () => {

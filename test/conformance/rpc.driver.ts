@@ -1,5 +1,5 @@
 import { Controller, Module, type ExecutionContext, type INestMicroservice, type Type } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
 import {
   ClientProxyFactory,
   Ctx,
@@ -14,7 +14,7 @@ import {
 import * as natsV3 from '@nats-io/transport-node';
 import * as natsV2 from 'nats';
 import { firstValueFrom } from 'rxjs';
-import { Idempotent, IdempotencyModule, isIdempotencyRpcError } from '../../lib/index.js';
+import { Idempotent, IdempotencyInterceptor, IdempotencyModule, isIdempotencyRpcError } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { NATS_URL, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
 import { KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
@@ -54,7 +54,8 @@ function describeSeen(seen: RpcSeen): string {
 
 const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400 };
 
-export function rpcDriver(transport: RpcTransport): ConformanceDriver<unknown, RpcSeen> {
+/** `interceptor`: IdempotencyInterceptor registered globally (APP_INTERCEPTOR) runs the protocol instead of @Idempotent()'s method wrapper. */
+export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?: boolean } = {}): ConformanceDriver<unknown, RpcSeen> {
   const effects = new Effects();
   // Subjects of this run alone: the NATS server is shared.
   const prefix = uniqueName(`conf_${transport}`).replace(/-/g, '_');
@@ -152,11 +153,12 @@ export function rpcDriver(transport: RpcTransport): ConformanceDriver<unknown, R
   ];
 
   return {
-    entry: transport,
+    entry: driverOptions.interceptor ? `${transport}-interceptor` : transport,
     async boot(store) {
       @Module({
         imports: [IdempotencyModule.forRoot({ store, logger: false, isGlobal: true }), featureModule('billing'), featureModule('shipping')],
         controllers: [ConformanceController],
+        providers: driverOptions.interceptor ? [{ provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor }] : [],
       })
       class AppModule {}
       if (transport === 'tcp') {
