@@ -41,11 +41,22 @@ export interface ShapeInfo {
 }
 
 type Path = (string | number)[];
-/** Where a stored value differs from what resolution needs, and how to restore it. */
-type Mark =
-  | [path: Path, kind: 't', typeName: string]
-  | [path: Path, kind: 'p', leafType: string]
-  | [path: Path, kind: 'e', error: { name: string; message: string; extensions?: unknown }];
+interface StoredError {
+  name: string;
+  message: string;
+  extensions?: unknown;
+}
+/**
+ * Where a stored value differs from what resolution needs, grouped by name (a list of
+ * 100 union members names each type once): `t` the runtime type of the objects at these
+ * paths, `p` the scalar or enum whose `parseValue` restores these leaves, `e` the error
+ * a field threw.
+ */
+interface Marks {
+  t?: Record<string, Path[]>;
+  p?: Record<string, Path[]>;
+  e?: [Path, StoredError][];
+}
 
 /** The key of a stored value with marks (a name no resolver value uses). */
 const SHAPED = '__nestjsIdempotencyGraphql';
@@ -69,31 +80,39 @@ export function captureShaped(value: unknown, context: unknown, info: ShapeInfo 
   if (!info?.returnType || typeof schema?.getPossibleTypes !== 'function') return value;
   const capture = new Capture(schema, context, info);
   const tree = capture.at(info.returnType as GqlType, value);
-  return capture.marks.length > 0 ? { [SHAPED]: 1, value: tree, marks: capture.marks } : tree;
+  return capture.marked ? { [SHAPED]: 1, value: tree, marks: capture.marks } : tree;
 }
 
 /** A stored value as the mutation's resolver value of a replay (see `captureShaped`). */
 export function restoreShaped(stored: unknown, info: ShapeInfo | undefined): unknown {
   if (typeof stored !== 'object' || stored === null || (stored as Record<string, unknown>)[SHAPED] !== 1) return stored;
-  const { value, marks } = stored as { value: unknown; marks: Mark[] };
+  const { value, marks } = stored as { value: unknown; marks: Marks };
   const schema = info?.schema as GqlSchemaLike | undefined;
   if (schema && typeof schema.getTypeMap === 'function') patchSchema(schema);
   let root = value;
-  for (const [path, kind, data] of marks) {
-    if (path.length === 0) {
-      if (kind === 'p') root = parsed(schema, data, root);
-      else if (kind === 't') markType(root, data);
-      continue;
+  for (const [scalar, paths] of Object.entries(marks.p ?? {})) {
+    for (const path of paths) {
+      if (path.length === 0) root = parsed(schema, scalar, root);
+      else at(root, path, (slot, last) => (slot[last] = parsed(schema, scalar, slot[last])));
     }
-    const parent = walk(root, path);
-    if (typeof parent !== 'object' || parent === null) continue;
-    const last = path[path.length - 1];
-    const slot = parent as Record<string | number, unknown>;
-    if (kind === 'p') slot[last] = parsed(schema, data, slot[last]);
-    else if (kind === 't') markType(slot[last], data);
-    else Object.defineProperty(slot, last, { enumerable: false, configurable: true, get: () => thrown(data) }); // as a prototype getter: JSON skips it
+  }
+  for (const [path, error] of marks.e ?? []) {
+    // As a prototype getter: graphql-js reads it, JSON skips it.
+    at(root, path, (slot, last) => Object.defineProperty(slot, last, { enumerable: false, configurable: true, get: () => thrown(error) }));
+  }
+  for (const [typeName, paths] of Object.entries(marks.t ?? {})) {
+    for (const path of paths) {
+      if (path.length === 0) markType(root, typeName);
+      else at(root, path, (slot, last) => markType(slot[last], typeName));
+    }
   }
   return root;
+}
+
+/** Calls `apply` with the object holding the value at `path` (non-empty) and its last key. */
+function at(root: unknown, path: Path, apply: (slot: Record<string | number, unknown>, last: string | number) => void): void {
+  const parent = walk(root, path);
+  if (typeof parent === 'object' && parent !== null) apply(parent as Record<string | number, unknown>, path[path.length - 1]);
 }
 
 function walk(root: unknown, path: Path): unknown {
@@ -124,7 +143,7 @@ function markType(target: unknown, typeName: string): void {
   }
 }
 
-function thrown(error: { name: string; message: string; extensions?: unknown }): never {
+function thrown(error: StoredError): never {
   const replayed = new Error(error.message) as Error & { extensions?: unknown };
   Object.defineProperty(replayed, 'name', { value: error.name, configurable: true, writable: true });
   if (error.extensions !== undefined) replayed.extensions = error.extensions;
@@ -176,7 +195,8 @@ function isThenable(value: unknown): boolean {
 }
 
 class Capture {
-  readonly marks: Mark[] = [];
+  readonly marks: Marks = {};
+  marked = false;
   private readonly path: Path = [];
   private readonly open: object[] = [];
 
@@ -239,7 +259,7 @@ class Capture {
       this.error(error);
       return value;
     }
-    if (!BUILT_IN_SCALARS.has(type.name ?? '') && type.name) this.marks.push([[...this.path], 'p', type.name]);
+    if (!BUILT_IN_SCALARS.has(type.name ?? '') && type.name) this.add((this.marks.p ??= {}), type.name);
     return output;
   }
 
@@ -248,9 +268,9 @@ class Capture {
     if (typeof this.path[this.path.length - 1] !== 'string') return;
     const e = error as { name?: unknown; message?: unknown; extensions?: unknown } | null;
     const extensions = typeof e?.extensions === 'object' && e.extensions !== null ? { ...e.extensions } : undefined;
-    this.marks.push([
+    this.marked = true;
+    (this.marks.e ??= []).push([
       [...this.path],
-      'e',
       {
         name: typeof e?.name === 'string' ? e.name : 'Error',
         message: typeof e?.message === 'string' ? e.message : String(error),
@@ -323,7 +343,12 @@ class Capture {
       }
     }
     this.open.pop();
-    if (mark && type.name) this.marks.push([[...this.path], 't', type.name]);
+    if (mark && type.name) this.add((this.marks.t ??= {}), type.name);
     return out;
+  }
+
+  private add(group: Record<string, Path[]>, name: string): void {
+    this.marked = true;
+    (group[name] ??= []).push([...this.path]);
   }
 }
