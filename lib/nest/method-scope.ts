@@ -70,7 +70,9 @@ function collision(operation: string, first: ScopedMethod, second: ScopedMethod)
     ? `${second.handlerName} names '${operation}' as its scope, which is the default scope of ${first.handlerName}`
     : first.namedByClass
       ? `Their classes are both named ${first.owner.name} (two feature modules, or a minifier's short names), and the default scope is made of class and method names`
-      : 'Both have this default scope';
+      : operation.startsWith('bullmq ')
+        ? `Both process a BullMQ queue named '${operation.slice('bullmq '.length)}' (one queue, or two queues of that name on two connections, whose job ids are not unique across them)`
+        : 'Both have this default scope';
   return new IdempotencyConfigurationError(
     `@Idempotent() on ${pair} ${consequence}. ${why}.`,
     `Give each its own scope: @Idempotent({ key: ..., scope: '${suggestion(first)}' }) on ${first.handlerName} of ${first.providerName}, and another, e.g. '${suggestion(second)}', on the other. ` +

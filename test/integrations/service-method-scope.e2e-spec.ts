@@ -214,6 +214,27 @@ describe('@Idempotent() provider methods: one operation per method', () => {
     }
   });
 
+  it('refuses two BullMQ processors of one queue name (two connections can hold two such queues)', async () => {
+    // What @Processor('refunds') of @nestjs/bullmq leaves on the class (the worker itself is not needed here).
+    const processor = (tag: string) => {
+      class Processor {
+        @Idempotent()
+        async process(job: { id: string }): Promise<string> {
+          return `${tag} ${job.id}`;
+        }
+      }
+      Object.defineProperty(Processor, 'name', { value: `${tag}Processor` });
+      Reflect.defineMetadata('bullmq:processor_metadata', { name: 'refunds' }, Processor);
+      Injectable()(Processor);
+      return Processor;
+    };
+    await expect(
+      boot([featureModule('ShopModule', [processor('Shop')]), featureModule('BillingModule', [processor('Billing')])]),
+    ).rejects.toThrow(
+      /ShopProcessor\.process .* and BillingProcessor\.process .* would share one key space, 'bullmq refunds'.*Both process a BullMQ queue named 'refunds'/,
+    );
+  });
+
   it('refuses a nameless class without a scope (its default scope would name nothing)', async () => {
     const Nameless = refundServiceClass('nameless', '');
     await expect(boot([featureModule('ShopModule', [Nameless])])).rejects.toThrow(/its class has no name, so its default scope/);
