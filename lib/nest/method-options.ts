@@ -24,8 +24,12 @@ export interface IdempotentMethodOptions<Args extends unknown[] = any[]> extends
    */
   key?: (...args: Args) => string | number | undefined | null | Promise<string | number | undefined | null>;
   /**
-   * The operation part of the scope: keys of two operations never meet. Set it to keep
-   * keys when a class or method is renamed, or to share keys between two methods.
+   * The operation part of the scope: keys of two operations never meet. The default is
+   * made of the class and method names, so a rename (or a minifier that renames classes)
+   * starts a new key space: set a name of your own to keep keys through renames and
+   * builds, or to share keys between two methods (give both the same scope). Two methods
+   * that would share a default scope (two classes of one name, one class provided twice)
+   * are refused at boot until both set one.
    * @default `method RefundService.refund`; BullMQ `bullmq <queue name>`; `cron <job name>`, `interval <job name>` (the name given to the decorator, else `Class.method`)
    */
   scope?: string;
