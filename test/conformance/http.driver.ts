@@ -16,6 +16,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
+import { FileInterceptor } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Exclude, Expose } from 'class-transformer';
 import { randomUUID } from 'node:crypto';
@@ -122,8 +123,6 @@ function controllers(effects: Effects, platform: Platform): Type<unknown>[] {
   const list: Type<unknown>[] = [ConformanceController];
   if (platform === 'express') {
     // Multer is what @nestjs/platform-express uploads with (Fastify needs @fastify/multipart, not installed here).
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { FileInterceptor } = require('@nestjs/platform-express') as typeof import('@nestjs/platform-express');
     @Controller('conf')
     class UploadController {
       @Post('uploads')
