@@ -176,9 +176,15 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
           }
           try {
             const k = key();
-            const a = driver.answerOf(await app.call('a', k));
-            const b = driver.answerOf(await app.call('b', k));
-            expect(a.operation).not.toBe(b.operation);
+            const answers: Answer[] = [];
+            for (const which of ['a', 'b'] as const) {
+              try {
+                answers.push(driver.answerOf(await app.call(which, k)));
+              } catch (error) {
+                throw new Error(`the application booted (no refusal), and ${which} did not answer for itself: ${(error as Error).message}`);
+              }
+            }
+            expect(answers[0].operation).not.toBe(answers[1].operation);
           } finally {
             await app.close();
           }
