@@ -1,4 +1,5 @@
-import { NotStorableValue, decodeStructured, encodeStructured } from './structured-value.js';
+import { decodeStructured } from './structured-value-decode.js';
+import { NotStorableValue, encodeStructured } from './structured-value.js';
 
 /**
  * What a completed record replays, serialized to the opaque `result` string stores keep.

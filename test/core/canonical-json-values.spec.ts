@@ -160,7 +160,7 @@ describe('trailing undefined arguments', () => {
     let runs = 0;
     const charge = makeIdempotent(async (id: string, note?: string | null) => ({ id, note, run: ++runs }), {
       store: new MemoryIdempotencyStore(),
-      key: (id) => id,
+      key: (id: string, _note?: string | null) => id,
       scope: 'charge-trailing',
       fingerprint: true,
     });
