@@ -131,14 +131,10 @@ export class IdempotencyConfigurationError extends IdempotencyError {
 
 /** The request itself cannot be fingerprinted (for example nested deeper than the limit). */
 export class IdempotencyRequestInvalidError extends IdempotencyError {
-  constructor(reason: string) {
-    super(
-      IdempotencyErrorCode.RequestInvalid,
-      400,
-      `The request cannot be processed idempotently: ${reason}.`,
-      'Send a smaller or flatter payload.',
-      { title: 'Request cannot be processed idempotently' },
-    );
+  constructor(reason: string, hint = 'Send a smaller or flatter payload.') {
+    super(IdempotencyErrorCode.RequestInvalid, 400, `The request cannot be processed idempotently: ${reason}.`, hint, {
+      title: 'Request cannot be processed idempotently',
+    });
   }
 }
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { IdempotencyConfigurationError } from '../core/errors.js';
+import { IdempotencyRequestInvalidError } from '../core/errors.js';
 
 /** A file multer put on the request (`FileInterceptor`, `FilesInterceptor`, `FileFieldsInterceptor`), memory or disk storage. */
 interface UploadedFileLike {
@@ -37,7 +37,8 @@ export interface FileMaterial {
  * (`NestFactory.create(AppModule, { rawBody: true })`), and the files multer parsed
  * (contents hashed, read from memory or from disk). `undefined` when there are none.
  * Refuses a body that nothing shows (bytes on the wire, no parser read them, no raw body
- * kept): fingerprinted as "no body", another body under the same key would be replayed.
+ * kept) with a 400: fingerprinted as "no body", another body under the same key would be
+ * replayed.
  */
 export function hiddenBodyMaterial(request: BodyCarrier): Promise<Record<string, unknown>> | Record<string, unknown> | undefined {
   const files = uploadedFiles(request);
@@ -107,16 +108,20 @@ function isInvisibleBody(request: BodyCarrier): boolean {
   const length = Number(headers['content-length'] ?? 0);
   if (!(length > 0) && headers['transfer-encoding'] === undefined) return false;
   const body = request.body;
-  if (body === undefined || body === null) return true;
+  // `null` is a parsed JSON body; `undefined`, no parser ran (Express 5, Fastify).
+  if (body === undefined) return true;
+  if (body === null) return false;
   if (typeof body !== 'object' || Buffer.isBuffer(body)) return false;
   // Express 4's parsers leave `{}` on a body of a type they do not read.
   return Object.keys(body).length === 0 && !/json|x-www-form-urlencoded/i.test(String(headers['content-type'] ?? ''));
 }
 
-function invisibleBodyError(request: BodyCarrier): IdempotencyConfigurationError {
-  const type = String(request.headers['content-type'] ?? 'none');
-  return new IdempotencyConfigurationError(
-    `${request.method ?? 'The'} request to ${request.url ?? 'this route'} has a body (content-type ${type}) that no body parser read, so its fingerprint cannot see it: another body under the same key would be replayed.`,
-    'Create the application with NestFactory.create(AppModule, { rawBody: true }) so that the raw bytes are fingerprinted, add a parser for that type (app.useBodyParser(...)), or give the route fingerprint: (ctx) => ... (or fingerprint: false).',
+function invisibleBodyError(request: BodyCarrier): IdempotencyRequestInvalidError {
+  const type = request.headers['content-type'];
+  return new IdempotencyRequestInvalidError(
+    `its body (${type === undefined ? 'no content-type' : `content-type ${String(type)}`}) was read by no body parser, so its fingerprint cannot tell it from another body`,
+    'Send the body with a content type the server parses (e.g. application/json). Servers: create the application with ' +
+      'NestFactory.create(AppModule, { rawBody: true }) so that the raw bytes are fingerprinted, add a parser for that type, ' +
+      'or give the route fingerprint: (ctx) => ... (or fingerprint: false).',
   );
 }

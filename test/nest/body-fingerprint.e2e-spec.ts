@@ -91,8 +91,8 @@ describe('body fingerprints beyond request.body', () => {
       .set('Idempotency-Key', 'csv-1')
       .set('content-type', 'text/csv')
       .send('id,amount\n1,700\n');
-    expect(response.status).toBe(500);
-    expect(response.body).toMatchObject({ code: 'IDEMPOTENCY_CONFIGURATION_ERROR' });
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({ code: 'IDEMPOTENCY_REQUEST_INVALID' });
     expect(response.body.detail).toMatch(/text\/csv/);
     expect(JSON.stringify(response.body)).toMatch(/rawBody: true/);
     expect(runs).toBe(0);
