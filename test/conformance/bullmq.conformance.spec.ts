@@ -152,6 +152,10 @@ const driver: ConformanceDriver<unknown, BullSeen> = {
   inputs: { operation: 'billing', pairs: [{ name: 'other job data', a: { amount: 1 }, b: { amount: 2 } }] },
   replays: richReplays('rich', (kind) => kind).filter((replay) => storable.some((kind) => replay.name.startsWith(`${kind}:`))),
   refusals: { operation: 'billing', missingKey: false },
+  inFlight: {
+    notApplicable:
+      'an attempt that meets a running one waits for it (the default) or fails an attempt BullMQ retries: no in-flight refusal reaches the producer',
+  },
 };
 
 describeTransportConformance('process(job) of a BullMQ WorkerHost', driver);

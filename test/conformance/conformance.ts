@@ -11,6 +11,7 @@ import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
 
 export const MISMATCH = 'IDEMPOTENCY_FINGERPRINT_MISMATCH';
 export const KEY_MISSING = 'IDEMPOTENCY_KEY_MISSING';
+export const IN_FLIGHT = 'IDEMPOTENCY_REQUEST_IN_FLIGHT';
 
 /** A check that cannot apply to an entry point, with the reason (the registry test requires one). */
 export interface NotApplicable {
@@ -85,6 +86,25 @@ export interface ConformanceDriver<I, S> {
   readonly replays: ReadonlyArray<ReplayCase<I, S>>;
   /** `missingKey`: whether the entry point can be called without a key (a refusal it must shape too). */
   readonly refusals: { readonly operation: string; readonly missingKey: boolean } | NotApplicable;
+  /**
+   * An operation that refuses a duplicate while the first call runs (`inFlight: 'reject'`),
+   * and `hold()`, which keeps its next run open until the returned function is called.
+   */
+  readonly inFlight: { readonly operation: string; hold(): () => void } | NotApplicable;
+}
+
+/** What a driver's held operation awaits: `hold()` closes it for the next run, the returned function opens it. */
+export class Hold {
+  gate: Promise<void> | undefined;
+
+  readonly hold = (): (() => void) => {
+    let release!: () => void;
+    this.gate = new Promise<void>((resolve) => (release = resolve));
+    return () => {
+      this.gate = undefined;
+      release();
+    };
+  };
 }
 
 /**
@@ -181,7 +201,12 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
               try {
                 answers.push(driver.answerOf(await app.call(which, k)));
               } catch (error) {
-                throw new Error(`the application booted (no refusal), and ${which} did not answer for itself: ${(error as Error).message}`);
+                throw new Error(
+                  `the application booted (no refusal), and ${which} did not answer for itself: ${(error as Error).message}`,
+                  {
+                    cause: error,
+                  },
+                );
               }
             }
             expect(answers[0].operation).not.toBe(answers[1].operation);
@@ -243,6 +268,32 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
         driver.answerOf(await driver.call({ operation: refusals.operation, key: k, input: a }));
         driver.expectRefusalShape(await driver.call({ operation: refusals.operation, key: k, input: b }), MISMATCH);
       });
+      const inFlight = driver.inFlight;
+      if (!isNotApplicable(inFlight)) {
+        it('a key reused while its first call runs: the in-flight refusal (same input), the mismatch refusal (other input)', async () => {
+          const inputs = driver.inputs;
+          const [a, b] = isNotApplicable(inputs) ? [driver.input, driver.input] : [inputs.pairs[0].a, inputs.pairs[0].b];
+          const k = key();
+          const operation = inFlight.operation;
+          const before = driver.runs(operation);
+          const release = inFlight.hold();
+          let first: Promise<S> | undefined;
+          try {
+            first = driver.call({ operation, key: k, input: a });
+            const deadline = Date.now() + 10_000;
+            while (driver.runs(operation) === before) {
+              if (Date.now() > deadline) throw new Error(`the first call of ${operation} did not start within 10 s`);
+              await new Promise((resolve) => setTimeout(resolve, 5));
+            }
+            driver.expectRefusalShape(await driver.call({ operation, key: k, input: a }), IN_FLIGHT);
+            driver.expectRefusalShape(await driver.call({ operation, key: k, input: b }), MISMATCH);
+          } finally {
+            release();
+          }
+          driver.answerOf(await first);
+          expect(driver.runs(operation) - before).toBe(1);
+        });
+      }
       if (refusals.missingKey) {
         it('no key', async () => {
           const before = driver.runs(refusals.operation);

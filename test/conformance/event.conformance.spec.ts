@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { EventEmitter2, EventEmitterModule, OnEvent } from '@nestjs/event-emitter';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { describeTransportConformance, type ConformanceDriver, type ConformanceStore } from './conformance.js';
+import { Hold, describeTransportConformance, type ConformanceDriver, type ConformanceStore } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
   RICH_VALUES,
@@ -28,6 +28,7 @@ interface Emitted extends Ask {
 }
 
 const effects = new Effects();
+const hold = new Hold();
 const keyOf = (event: Emitted) => keyOfAsk(event);
 const LISTEN = { suppressErrors: false };
 
@@ -53,6 +54,14 @@ class LedgerListener {
     return { operation: 'credited', principal: event.tenant, run: effects.hit('credited') };
   }
 
+  @OnEvent('conf.held', LISTEN)
+  @Idempotent({ key: keyOf, inFlight: 'reject' })
+  async onHeld(event: Emitted) {
+    const value = { operation: 'held', principal: event.tenant, run: effects.hit('held') };
+    await hold.gate;
+    return value;
+  }
+
   @OnEvent('conf.rich', LISTEN)
   @Idempotent({ key: keyOf })
   async onRich(event: Emitted) {
@@ -64,6 +73,7 @@ const EVENTS: Record<string, string> = {
   'billing.receipt': 'conf.paid',
   'shipping.receipt': 'conf.paid',
   credited: 'conf.credited',
+  held: 'conf.held',
   rich: 'conf.rich',
 };
 
@@ -132,6 +142,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   inputs: { operation: 'credited', pairs: IN_PROCESS_INPUT_PAIRS },
   replays: richReplays('rich', (kind) => kind),
   refusals: { operation: 'credited', missingKey: true },
+  inFlight: { operation: 'held', hold: hold.hold },
 };
 
 describeTransportConformance('@Idempotent() on an @OnEvent() listener', driver);

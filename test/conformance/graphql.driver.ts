@@ -16,7 +16,7 @@ import {
 } from '@nestjs/graphql';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver } from './conformance.js';
+import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver } from './conformance.js';
 
 /**
  * GraphQL mutations (Apollo, code first) over real HTTP. The principal is where GraphQL
@@ -33,6 +33,7 @@ interface GqlSeen {
 }
 
 const effects = new Effects();
+const hold = new Hold();
 
 @ObjectType()
 class ConfAnswer {
@@ -122,6 +123,17 @@ class ConformanceResolver {
     return answer('credit', context);
   }
 
+  @Mutation(() => ConfAnswer)
+  @Idempotent()
+  async held(
+    @Args('amount', { type: () => Int }) _amount: number,
+    @Context() context: Parameters<typeof principalOf>[0],
+  ): Promise<ConfAnswer> {
+    const value = answer('held', context);
+    await hold.gate;
+    return value;
+  }
+
   @Mutation(() => RefundOutcome)
   @Idempotent()
   settle(@Args('amount', { type: () => Int }) amount: number): typeof RefundOutcome {
@@ -170,6 +182,7 @@ class UserFromHeaderGqlGuard implements CanActivate {
 const SELECTIONS: Record<string, string> = {
   refund: '{ operation principal run }',
   credit: '{ operation principal run }',
+  held: '{ operation principal run }',
   v1Refund: '{ operation principal run }',
   v2Refund: '{ operation principal run }',
   settle: '{ __typename ... on Refunded { id run at } ... on Declined { reason run } }',
@@ -181,7 +194,7 @@ function text(seen: GqlSeen): string {
   return `${seen.status} ${seen.bytes.toString('utf8').slice(0, 500)}`;
 }
 
-const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400 };
+const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
 
 function sameBody(first: GqlSeen, replay: GqlSeen): void {
   expect(first.body.errors).toBeUndefined();
@@ -276,5 +289,6 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
       { name: 'an object: the same response', operation: 'refund', input: { amount: 3 }, expectSame: sameBody },
     ],
     refusals: { operation: 'refund', missingKey: true },
+    inFlight: { operation: 'held', hold: hold.hold },
   };
 }

@@ -24,7 +24,7 @@ import { map, type Observable } from 'rxjs';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
-import { KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
+import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
  * HTTP on Express and Fastify, over real HTTP (fetch), so that "what the caller saw" is
@@ -84,7 +84,7 @@ function answer(effects: Effects, operation: string, request: { user?: { id?: st
   return { operation, principal: request.user?.id, run: effects.hit(operation), body };
 }
 
-function controllers(effects: Effects, platform: Platform): Type<unknown>[] {
+function controllers(effects: Effects, platform: Platform, held: Hold): Type<unknown>[] {
   @Controller('conf')
   class ConformanceController {
     @Post('refunds')
@@ -103,6 +103,14 @@ function controllers(effects: Effects, platform: Platform): Type<unknown>[] {
     @Idempotent()
     credit(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
       return answer(effects, 'POST /conf/credits', request, body);
+    }
+
+    @Post('held')
+    @Idempotent()
+    async held(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
+      const value = answer(effects, 'POST /conf/held', request, body);
+      await held.gate;
+      return value;
     }
 
     @Post('account')
@@ -162,6 +170,7 @@ for (const operation of [
   'PUT /conf/refunds',
   'POST /conf/credits',
   'POST /conf/account',
+  'POST /conf/held',
   'POST /conf/mapped',
   'POST /conf/uploads',
   'POST /conf/v1/items',
@@ -183,7 +192,7 @@ function json(seen: HttpSeen): Record<string, unknown> {
   }
 }
 
-const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400 };
+const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
 
 /** The replay is the first answer byte for byte, with its status and content type, marked as a replay. */
 function expectSameHttp(first: HttpSeen, replay: HttpSeen): void {
@@ -198,6 +207,7 @@ function expectSameHttp(first: HttpSeen, replay: HttpSeen): void {
 /** `interceptor`: IdempotencyInterceptor registered globally (APP_INTERCEPTOR) runs the protocol instead of @Idempotent()'s method wrapper. */
 export function httpDriver(platform: Platform, options: { interceptor?: boolean } = {}): ConformanceDriver<HttpInput, HttpSeen> {
   const effects = new Effects();
+  const held = new Hold();
   let app: INestApplication;
   let base = '';
 
@@ -245,7 +255,7 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
           versionedModule(effects, 'v1'),
           versionedModule(effects, 'v2'),
         ],
-        controllers: controllers(effects, platform),
+        controllers: controllers(effects, platform, held),
         providers: [
           { provide: APP_GUARD, useClass: UserFromHeaderGuard },
           { provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor },
@@ -305,6 +315,8 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
         hint: expect.any(String),
       });
       expect(seen.headers['idempotent-replayed']).toBeUndefined();
+      // A client told to come back is told when.
+      if (code === IN_FLIGHT) expect(Number(seen.headers['retry-after'])).toBeGreaterThan(0);
     },
     runs: (operation) => effects.count(operation),
     input: { body: { amount: 10 } },
@@ -334,5 +346,6 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
     },
     replays,
     refusals: { operation: 'POST /conf/refunds', missingKey: true },
+    inFlight: { operation: 'POST /conf/held', hold: held.hold },
   };
 }

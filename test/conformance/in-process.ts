@@ -1,7 +1,12 @@
 import { isDeepStrictEqual } from 'node:util';
-import { IdempotencyFingerprintMismatchError, IdempotencyKeyMissingError, isIdempotencyError } from '../../lib/index.js';
+import {
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
+  IdempotencyKeyMissingError,
+  isIdempotencyError,
+} from '../../lib/index.js';
 import type { Answer, ReplayCase } from './conformance.js';
-import { KEY_MISSING, MISMATCH } from './conformance.js';
+import { IN_FLIGHT, KEY_MISSING, MISMATCH } from './conformance.js';
 
 /**
  * What in-process entry points share (provider methods, events, makeIdempotent,
@@ -49,6 +54,7 @@ export function refusalOf(value: Seen): string | undefined {
 const ERROR_CLASSES: Record<string, Function> = {
   [MISMATCH]: IdempotencyFingerprintMismatchError,
   [KEY_MISSING]: IdempotencyKeyMissingError,
+  [IN_FLIGHT]: IdempotencyInFlightError,
 };
 
 /** In process, a refusal is the library's own error class, with its code and a hint saying how to fix it. */

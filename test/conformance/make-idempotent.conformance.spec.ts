@@ -1,6 +1,6 @@
 import { makeIdempotent, type IdempotencyStore } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { describeTransportConformance, type ConformanceDriver } from './conformance.js';
+import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
   RICH_VALUES,
@@ -20,6 +20,7 @@ import {
  * have a reused key with other arguments refused.
  */
 const effects = new Effects();
+const hold = new Hold();
 
 /** Two modules of an application that each wrap a function named `refund` (the default scope is the function's name). */
 function billingRefund() {
@@ -35,14 +36,19 @@ function shippingRefund() {
 async function credit(ask: Ask, _input: unknown) {
   return { operation: 'credit', principal: ask.tenant, run: effects.hit('credit') };
 }
+async function held(ask: Ask, _input: unknown) {
+  const value = { operation: 'held', principal: ask.tenant, run: effects.hit('held') };
+  await hold.gate;
+  return value;
+}
 async function rich(_ask: Ask, kind: unknown) {
   return RICH_VALUES[kind as string](effects.hit('rich'));
 }
 
 let functions: Record<string, (ask: Ask, input: unknown) => Promise<unknown>> = {};
 
-function wrap(store: IdempotencyStore, fn: (ask: Ask, input: unknown) => Promise<unknown>) {
-  return makeIdempotent(fn, { store, key: (ask: Ask) => keyOfAsk(ask) as string, fingerprint: true });
+function wrap(store: IdempotencyStore, fn: (ask: Ask, input: unknown) => Promise<unknown>, inFlight: 'wait' | 'reject' = 'wait') {
+  return makeIdempotent(fn, { store, key: (ask: Ask) => keyOfAsk(ask) as string, fingerprint: true, inFlight });
 }
 
 const driver: ConformanceDriver<unknown, Seen> = {
@@ -53,6 +59,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
       'shipping.refund': wrap(store, shippingRefund()),
       credit: wrap(store, credit),
       rich: wrap(store, rich),
+      held: wrap(store, held, 'reject'),
     };
   },
   async close() {},
@@ -70,6 +77,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   inputs: { operation: 'credit', pairs: IN_PROCESS_INPUT_PAIRS },
   replays: richReplays('rich', (kind) => kind),
   refusals: { operation: 'credit', missingKey: true },
+  inFlight: { operation: 'held', hold: hold.hold },
 };
 
 describeTransportConformance('makeIdempotent(fn)', driver);

@@ -17,7 +17,7 @@ import { firstValueFrom } from 'rxjs';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule, isIdempotencyRpcError } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { NATS_URL, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
-import { KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
+import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
  * `@MessagePattern` handlers on a transport without message ids (TCP: the `key` option
@@ -52,11 +52,12 @@ function describeSeen(seen: RpcSeen): string {
   return seen.ok ? `the value ${JSON.stringify(seen.value)}` : `the error ${JSON.stringify(seen.error)}`;
 }
 
-const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400 };
+const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
 
 /** `interceptor`: IdempotencyInterceptor registered globally (APP_INTERCEPTOR) runs the protocol instead of @Idempotent()'s method wrapper. */
 export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?: boolean } = {}): ConformanceDriver<unknown, RpcSeen> {
   const effects = new Effects();
+  const hold = new Hold();
   // Subjects of this run alone: the NATS server is shared.
   const prefix = uniqueName(`conf_${transport}`).replace(/-/g, '_');
   const p = (name: string) => `${prefix}.${name}`;
@@ -103,6 +104,14 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
       return answer('{version:2}', tenantOf(command, context));
     }
 
+    @MessagePattern(p('held'))
+    @Idempotent({ ...options, inFlight: 'reject' })
+    async held(@Payload() command: Command, @Ctx() context: NatsContext) {
+      const value = answer('held', tenantOf(command, context));
+      await hold.gate;
+      return value;
+    }
+
     @MessagePattern(p('quote'))
     @Idempotent(options)
     quote(@Payload() command: Command) {
@@ -130,6 +139,7 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     refund: p('refund'),
     credit: p('credit'),
     quote: p('quote'),
+    held: p('held'),
     '{version:1}': V1,
     '{version:2}': V2,
     'billing.refund': p('billing.refund'),
@@ -223,6 +233,8 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
         code,
         hint: expect.any(String),
         message: expect.any(String),
+        // A client told to come back is told when.
+        ...(code === IN_FLIGHT ? { retryAfterMs: expect.any(Number) } : {}),
       });
       expect(isIdempotencyRpcError(error)).toBe(true);
     },
@@ -240,5 +252,6 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     inputs: { operation: 'credit', pairs: [{ name: 'another payload', a: { amount: 1 }, b: { amount: 2 } }] },
     replays,
     refusals: { operation: 'credit', missingKey: true },
+    inFlight: { operation: 'held', hold: hold.hold },
   };
 }

@@ -51,6 +51,10 @@ const driver: ConformanceDriver<unknown, Seen> = {
   replays: richReplays('rich', (kind) => kind),
   // The key is a required option: there is no call without one.
   refusals: { operation: 'refund', missingKey: false },
+  inFlight: {
+    notApplicable:
+      'a concurrent duplicate waits for the first transaction (the record row is locked) and then replays it: there is no in-flight refusal',
+  },
 };
 
 describeTransportConformance('runIdempotentTransaction() on PostgreSQL', driver);

@@ -166,6 +166,7 @@ export function scheduleDriver(kind: ScheduleKind): ConformanceDriver<undefined,
         },
       },
     ],
+    inFlight: { notApplicable: 'a tick that meets a running one elsewhere is skipped silently (callWithoutRequest)' },
     refusals: {
       notApplicable: 'a tick is never refused with an error: a duplicate or concurrent tick is skipped silently (ScheduleAdapter)',
     },

@@ -2,7 +2,7 @@ import { Injectable, Module, type INestApplicationContext, type Type } from '@ne
 import { NestFactory } from '@nestjs/core';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { describeTransportConformance, type ConformanceDriver } from './conformance.js';
+import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
   RICH_VALUES,
@@ -18,6 +18,7 @@ import {
 
 /** `@Idempotent({ key })` on provider methods: two feature modules each declare a class named RefundService. */
 const effects = new Effects();
+const hold = new Hold();
 
 /**
  * `scoped`: each method names its own scope, as a fix for same-named classes may require;
@@ -35,6 +36,13 @@ function refundModule(area: string, scoped = true) {
     @Idempotent({ key: keyOfAsk, scope: scope('credit') })
     async credit(ask: Ask, _input: unknown) {
       return { operation: `${area}.credit`, principal: ask.tenant, run: effects.hit(`${area}.credit`) };
+    }
+
+    @Idempotent({ key: keyOfAsk, scope: scope('held'), inFlight: 'reject' })
+    async held(ask: Ask, _input: unknown) {
+      const value = { operation: `${area}.held`, principal: ask.tenant, run: effects.hit(`${area}.held`) };
+      await hold.gate;
+      return value;
     }
 
     @Idempotent({ key: keyOfAsk, scope: scope('rich') })
@@ -102,6 +110,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   inputs: { operation: 'billing.refund', pairs: IN_PROCESS_INPUT_PAIRS },
   replays: richReplays('billing.rich', (kind) => kind),
   refusals: { operation: 'billing.refund', missingKey: true },
+  inFlight: { operation: 'billing.held', hold: hold.hold },
 };
 
 describeTransportConformance('@Idempotent() on a provider method', driver);

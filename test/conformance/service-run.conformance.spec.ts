@@ -2,7 +2,7 @@ import { Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { IdempotencyModule, IdempotencyService } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { describeTransportConformance, type ConformanceDriver } from './conformance.js';
+import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
   RICH_VALUES,
@@ -20,6 +20,7 @@ import {
  * tenant goes into the key as for every in-process entry point.
  */
 const effects = new Effects();
+const hold = new Hold();
 let app: INestApplicationContext;
 
 const driver: ConformanceDriver<unknown, Seen> = {
@@ -39,9 +40,10 @@ const driver: ConformanceDriver<unknown, Seen> = {
         clientKey,
         async () => {
           const run = effects.hit(operation);
+          if (operation === 'held') await hold.gate;
           return operation === 'rich' ? RICH_VALUES[input as string](run) : { operation, principal, run };
         },
-        { scope: operation, fingerprint: input },
+        { scope: operation, fingerprint: input, inFlight: operation === 'held' ? 'reject' : undefined },
       ),
     );
   },
@@ -56,6 +58,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   replays: richReplays('rich', (kind) => kind),
   // The key is a required argument of run(): there is no call without one (an empty key is invalid).
   refusals: { operation: 'refund', missingKey: false },
+  inFlight: { operation: 'held', hold: hold.hold },
 };
 
 describeTransportConformance('IdempotencyService.run()', driver);
