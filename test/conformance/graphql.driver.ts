@@ -1,5 +1,5 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
-import { Injectable, Module, type CanActivate, type ExecutionContext, type INestApplication } from '@nestjs/common';
+import { HttpException, Injectable, Module, type CanActivate, type ExecutionContext, type INestApplication } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
 import {
   Args,
@@ -134,6 +134,12 @@ class ConformanceResolver {
     return value;
   }
 
+  @Mutation(() => ConfAnswer)
+  @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
+  decline(@Args('amount', { type: () => Int }) amount: number): ConfAnswer {
+    throw new HttpException(`amount ${amount} declined (run ${effects.hit('decline')})`, 402);
+  }
+
   @Mutation(() => RefundOutcome)
   @Idempotent()
   settle(@Args('amount', { type: () => Int }) amount: number): typeof RefundOutcome {
@@ -183,6 +189,7 @@ const SELECTIONS: Record<string, string> = {
   refund: '{ operation principal run }',
   credit: '{ operation principal run }',
   held: '{ operation principal run }',
+  decline: '{ operation principal run }',
   v1Refund: '{ operation principal run }',
   v2Refund: '{ operation principal run }',
   settle: '{ __typename ... on Refunded { id run at } ... on Declined { reason run } }',
@@ -287,6 +294,17 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
       { name: 'an interface type: the same response', operation: 'pay', input: { amount: 3 }, expectSame: sameBody },
       { name: 'an object with a getter @Field(): the same response', operation: 'invoice', input: { amount: 3 }, expectSame: sameBody },
       { name: 'an object: the same response', operation: 'refund', input: { amount: 3 }, expectSame: sameBody },
+      {
+        name: 'a cached error (cacheErrors): the same response',
+        operation: 'decline',
+        input: { amount: 3 },
+        cachedError: true,
+        expectSame(first, replay) {
+          expect(first.body.errors?.[0]?.message).toMatch(/declined/);
+          expect(replay.body).toEqual(first.body);
+          expect(replay.bytes.toString('utf8')).toBe(first.bytes.toString('utf8'));
+        },
+      },
     ],
     refusals: { operation: 'refund', missingKey: true },
     inFlight: { operation: 'held', hold: hold.hold },

@@ -2,6 +2,7 @@ import {
   Body,
   ClassSerializerInterceptor,
   Controller,
+  HttpException,
   Injectable,
   Module,
   Post,
@@ -113,6 +114,12 @@ function controllers(effects: Effects, platform: Platform, held: Hold): Type<unk
       return value;
     }
 
+    @Post('declines')
+    @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
+    decline() {
+      throw new HttpException({ message: 'card declined', run: effects.hit('POST /conf/declines') }, 402);
+    }
+
     @Post('account')
     @Idempotent()
     account() {
@@ -171,6 +178,7 @@ for (const operation of [
   'POST /conf/credits',
   'POST /conf/account',
   'POST /conf/held',
+  'POST /conf/declines',
   'POST /conf/mapped',
   'POST /conf/uploads',
   'POST /conf/v1/items',
@@ -230,6 +238,16 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
       secrets: [SECRET_NOTE],
       expectSame(first, replay) {
         expect(json(first)).toEqual({ data: { id: 'm_1', run: expect.any(Number) }, envelope: 'v1' });
+        expectSameHttp(first, replay);
+      },
+    },
+    {
+      name: 'a cached HttpException (cacheErrors): same bytes, status 402, replay header',
+      operation: 'POST /conf/declines',
+      input: {},
+      cachedError: true,
+      expectSame(first, replay) {
+        expect(first.status).toBe(402);
         expectSameHttp(first, replay);
       },
     },

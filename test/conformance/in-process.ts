@@ -106,3 +106,38 @@ export const IN_PROCESS_INPUT_PAIRS = [
   { name: 'a Set vs another Set', a: new Set([1]) as unknown, b: new Set([2]) as unknown },
   { name: 'a bigint vs another bigint', a: 1n as unknown, b: 2n as unknown },
 ];
+
+/** The error a handler throws and caches (`cacheErrors: (e) => e instanceof RangeError`). */
+export class DeclinedError extends RangeError {
+  readonly code = 'CARD_DECLINED';
+  constructor(readonly run: number) {
+    super(`card declined (run ${run})`);
+    this.name = 'DeclinedError';
+  }
+}
+
+export const cachesDeclined = (error: unknown): boolean => error instanceof RangeError;
+
+/** A cached error is thrown again as the caller saw it the first time: its class, name, message and fields. */
+export function cachedErrorReplay<I>(operation: string, input: I): ReplayCase<I, Seen> {
+  return {
+    name: 'a cached error (cacheErrors) is thrown again as itself: class, name, message, fields',
+    operation,
+    input,
+    cachedError: true,
+    expectSame(first: Seen, replay: Seen) {
+      expect(first.ok).toBe(false);
+      expect(replay.ok).toBe(false);
+      const [original, again] = [(first as { error: Error }).error, (replay as { error: Error }).error];
+      expect(original).toBeInstanceOf(DeclinedError);
+      expect({ name: again.name, message: again.message, code: (again as DeclinedError).code, run: (again as DeclinedError).run }).toEqual({
+        name: original.name,
+        message: original.message,
+        code: 'CARD_DECLINED',
+        run: (original as DeclinedError).run,
+      });
+      expect(again).toBeInstanceOf(DeclinedError);
+      expect(again).toBeInstanceOf(RangeError);
+    },
+  };
+}

@@ -2,7 +2,10 @@ import { makeIdempotent, type IdempotencyStore } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
+  DeclinedError,
   IN_PROCESS_INPUT_PAIRS,
+  cachedErrorReplay,
+  cachesDeclined,
   RICH_VALUES,
   answerOf,
   expectLibraryError,
@@ -41,6 +44,9 @@ async function held(ask: Ask, _input: unknown) {
   await hold.gate;
   return value;
 }
+async function decline(_ask: Ask, _input: unknown): Promise<never> {
+  throw new DeclinedError(effects.hit('decline'));
+}
 async function rich(_ask: Ask, kind: unknown) {
   return RICH_VALUES[kind as string](effects.hit('rich'));
 }
@@ -48,7 +54,13 @@ async function rich(_ask: Ask, kind: unknown) {
 let functions: Record<string, (ask: Ask, input: unknown) => Promise<unknown>> = {};
 
 function wrap(store: IdempotencyStore, fn: (ask: Ask, input: unknown) => Promise<unknown>, inFlight: 'wait' | 'reject' = 'wait') {
-  return makeIdempotent(fn, { store, key: (ask: Ask) => keyOfAsk(ask) as string, fingerprint: true, inFlight });
+  return makeIdempotent(fn, {
+    store,
+    key: (ask: Ask) => keyOfAsk(ask) as string,
+    fingerprint: true,
+    inFlight,
+    cacheErrors: cachesDeclined,
+  });
 }
 
 const driver: ConformanceDriver<unknown, Seen> = {
@@ -60,6 +72,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
       credit: wrap(store, credit),
       rich: wrap(store, rich),
       held: wrap(store, held, 'reject'),
+      decline: wrap(store, decline),
     };
   },
   async close() {},
@@ -75,7 +88,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
     { name: 'two functions', a: 'credit', b: 'billing.refund' },
   ],
   inputs: { operation: 'credit', pairs: IN_PROCESS_INPUT_PAIRS },
-  replays: richReplays('rich', (kind) => kind),
+  replays: [...richReplays('rich', (kind) => kind), cachedErrorReplay('decline', {})],
   refusals: { operation: 'credit', missingKey: true },
   inFlight: { operation: 'held', hold: hold.hold },
 };

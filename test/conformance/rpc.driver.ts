@@ -6,6 +6,7 @@ import {
   MessagePattern,
   NatsRecordBuilder,
   Payload,
+  RpcException,
   Transport,
   type ClientProxy,
   type MicroserviceOptions,
@@ -112,6 +113,12 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
       return value;
     }
 
+    @MessagePattern(p('decline'))
+    @Idempotent({ ...options, cacheErrors: (error) => error instanceof RpcException })
+    decline() {
+      throw new RpcException({ status: 'error', code: 'REFUND_DECLINED', run: effects.hit('decline') });
+    }
+
     @MessagePattern(p('quote'))
     @Idempotent(options)
     quote(@Payload() command: Command) {
@@ -140,6 +147,7 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     credit: p('credit'),
     quote: p('quote'),
     held: p('held'),
+    decline: p('decline'),
     '{version:1}': V1,
     '{version:2}': V2,
     'billing.refund': p('billing.refund'),
@@ -150,6 +158,16 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
   let client: ClientProxy;
 
   const replays: ReplayCase<unknown, RpcSeen>[] = [
+    {
+      name: 'a cached RpcException (cacheErrors): the client receives the same error',
+      operation: 'decline',
+      input: {},
+      cachedError: true,
+      expectSame(first, replay) {
+        expect(first).toEqual({ ok: false, error: { status: 'error', code: 'REFUND_DECLINED', run: expect.any(Number) } });
+        expect(replay).toEqual(first);
+      },
+    },
     {
       name: 'a reply with a Date and nested values: the client receives the same reply',
       operation: 'quote',

@@ -4,7 +4,10 @@ import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
+  DeclinedError,
   IN_PROCESS_INPUT_PAIRS,
+  cachedErrorReplay,
+  cachesDeclined,
   RICH_VALUES,
   answerOf,
   expectLibraryError,
@@ -43,6 +46,11 @@ function refundModule(area: string, scoped = true) {
       const value = { operation: `${area}.held`, principal: ask.tenant, run: effects.hit(`${area}.held`) };
       await hold.gate;
       return value;
+    }
+
+    @Idempotent({ key: keyOfAsk, scope: scope('decline'), cacheErrors: cachesDeclined })
+    async decline(_ask: Ask, _input: unknown): Promise<never> {
+      throw new DeclinedError(effects.hit(`${area}.decline`));
     }
 
     @Idempotent({ key: keyOfAsk, scope: scope('rich') })
@@ -108,7 +116,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
     },
   },
   inputs: { operation: 'billing.refund', pairs: IN_PROCESS_INPUT_PAIRS },
-  replays: richReplays('billing.rich', (kind) => kind),
+  replays: [...richReplays('billing.rich', (kind) => kind), cachedErrorReplay('billing.decline', {})],
   refusals: { operation: 'billing.refund', missingKey: true },
   inFlight: { operation: 'billing.held', hold: hold.hold },
 };
