@@ -56,8 +56,10 @@ export interface SameNamesApp<S> {
 
 export interface ConformanceDriver<I, S> {
   readonly entry: EntryId;
-  /** Boots the application with `store`; called once, in beforeAll. */
+  /** Boots the application with `store` (or a store of its own, see `records`); called once, in beforeAll. */
   boot(store: ConformanceStore): Promise<void>;
+  /** Every record of the driver's own store, serialized, when it does not use the suite's. */
+  records?(): Promise<string[]>;
   close(): Promise<void>;
   /** Calls the entry point; a refusal is returned (as the caller saw it), never thrown. */
   call(call: Call<I>): Promise<S>;
@@ -246,9 +248,9 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
           if (!replay.cachedError) expect(driver.refusalOf(first)).toBeUndefined();
           const again = await driver.call({ operation: replay.operation, key: k, input: replay.input });
           expect(driver.runs(replay.operation) - before).toBe(1);
-          replay.expectSame(first, again);
+          // What the store holds first: a leak is a leak even if the replay hid it again.
           if (replay.secrets) {
-            const records = await store.records();
+            const records = driver.records ? await driver.records() : await store.records();
             expect(records.length).toBeGreaterThan(0);
             for (const secret of replay.secrets) {
               for (const form of encodingsOf(secret)) {
@@ -256,6 +258,7 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
               }
             }
           }
+          replay.expectSame(first, again);
         });
       }
     });

@@ -17,6 +17,11 @@ export const CONFORMANCE_DRIVERS = {
   fastify: { serves: 'adapter:http', path: 'wrapper', what: 'HTTP routes on @nestjs/platform-fastify' },
   'express-interceptor': { serves: 'adapter:http', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   'fastify-interceptor': { serves: 'adapter:http', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  'express-redis': {
+    serves: 'adapter:http',
+    path: 'wrapper',
+    what: 'HTTP on Express, the records in Redis (read back for the secrets check)',
+  },
   tcp: { serves: 'adapter:rpc', path: 'wrapper', what: '@MessagePattern handlers on Transport.TCP (key option over the payload)' },
   nats: {
     serves: 'adapter:rpc',

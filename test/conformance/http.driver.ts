@@ -23,6 +23,9 @@ import { Exclude, Expose } from 'class-transformer';
 import { randomUUID } from 'node:crypto';
 import { map, type Observable } from 'rxjs';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
+import type Redis from 'ioredis';
+import { RedisIdempotencyStore } from '../../lib/redis/index.js';
+import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import { Effects } from '../support/effects.js';
 import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
 import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
@@ -200,6 +203,37 @@ function json(seen: HttpSeen): Record<string, unknown> {
   }
 }
 
+/** A RedisIdempotencyStore under a prefix of this run, and every record under it, as Redis holds it. */
+class RedisRecords {
+  private constructor(
+    private readonly client: Redis,
+    readonly store: RedisIdempotencyStore,
+    private readonly prefix: string,
+  ) {}
+
+  static async open(): Promise<RedisRecords> {
+    const client = redisClient();
+    const prefix = `${runPrefix('conformance-http')}:`;
+    return new RedisRecords(client, new RedisIdempotencyStore(client, { prefix }), prefix);
+  }
+
+  async records(): Promise<string[]> {
+    const records: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.client.scan(cursor, 'MATCH', `${this.prefix}*`, 'COUNT', 1000);
+      cursor = next;
+      for (const key of keys) records.push(JSON.stringify(await this.client.hgetall(key)));
+    } while (cursor !== '0');
+    return records;
+  }
+
+  async close(): Promise<void> {
+    await deleteKeys(this.client, this.prefix);
+    this.client.disconnect();
+  }
+}
+
 const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
 
 /** The replay is the first answer byte for byte, with its status and content type, marked as a replay. */
@@ -213,10 +247,15 @@ function expectSameHttp(first: HttpSeen, replay: HttpSeen): void {
 }
 
 /** `interceptor`: IdempotencyInterceptor registered globally (APP_INTERCEPTOR) runs the protocol instead of @Idempotent()'s method wrapper. */
-export function httpDriver(platform: Platform, options: { interceptor?: boolean } = {}): ConformanceDriver<HttpInput, HttpSeen> {
+/** `redis`: the records live in a RedisIdempotencyStore, read back from Redis for the secrets check. */
+export function httpDriver(
+  platform: Platform,
+  options: { interceptor?: boolean; redis?: boolean } = {},
+): ConformanceDriver<HttpInput, HttpSeen> {
   const effects = new Effects();
   const held = new Hold();
   let app: INestApplication;
+  let redis: RedisRecords | undefined;
   let base = '';
 
   const replays: ReplayCase<HttpInput, HttpSeen>[] = [
@@ -265,8 +304,9 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
   ];
 
   return {
-    entry: options.interceptor ? `${platform}-interceptor` : platform,
-    async boot(store) {
+    entry: options.redis ? `${platform}-redis` : options.interceptor ? `${platform}-interceptor` : platform,
+    async boot(memory) {
+      const store = options.redis ? (redis = await RedisRecords.open()).store : memory;
       @Module({
         imports: [
           IdempotencyModule.forRoot({ store, logger: false, isGlobal: true }),
@@ -288,7 +328,11 @@ export function httpDriver(platform: Platform, options: { interceptor?: boolean 
       await app.listen(0, '127.0.0.1');
       base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
     },
-    close: () => app.close(),
+    async close() {
+      await app?.close();
+      await redis?.close();
+    },
+    records: options.redis ? () => redis!.records() : undefined,
     async call({ operation, key, principal, input }) {
       const route = ROUTES[operation];
       const headers: Record<string, string> = {};
