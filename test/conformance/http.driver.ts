@@ -28,6 +28,7 @@ import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import { Effects } from '../support/effects.js';
 import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
+import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
 import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
@@ -203,6 +204,12 @@ function json(seen: HttpSeen): Record<string, unknown> {
   }
 }
 
+function entryOf(platform: Platform, options: { interceptor?: boolean; redis?: boolean }): EntryId {
+  const entry = options.redis ? `${platform}-redis` : options.interceptor ? `${platform}-interceptor` : platform;
+  if (!(entry in CONFORMANCE_DRIVERS)) throw new Error(`${entry} is not registered in drivers.ts`);
+  return entry as EntryId;
+}
+
 /** A RedisIdempotencyStore under a prefix of this run, and every record under it, as Redis holds it. */
 class RedisRecords {
   private constructor(
@@ -304,7 +311,7 @@ export function httpDriver(
   ];
 
   return {
-    entry: options.redis ? `${platform}-redis` : options.interceptor ? `${platform}-interceptor` : platform,
+    entry: entryOf(platform, options),
     async boot(memory) {
       const store = options.redis ? (redis = await RedisRecords.open()).store : memory;
       @Module({

@@ -31,8 +31,11 @@ function runtimeAdapters(): string[] {
   return new Probe({} as IdempotencyService).adapterKeys();
 }
 
+const parsed = new Map<string, ts.SourceFile>();
 function parse(file: string): ts.SourceFile {
-  return ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.ES2022, true);
+  let source = parsed.get(file);
+  if (!source) parsed.set(file, (source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.ES2022, true)));
+  return source;
 }
 
 function stringLiteralsOf(type: ts.TypeNode): string[] {
@@ -41,28 +44,37 @@ function stringLiteralsOf(type: ts.TypeNode): string[] {
   throw new Error(`unexpected member ${type.getText()} in a union of string literals`);
 }
 
-/** The members of `export type MethodKind = 'method' | ...` in lib/nest/method-target.ts. */
-function methodKinds(): string[] {
-  const source = parse(join(LIB, 'nest', 'method-target.ts'));
-  const alias = source.statements.find((s): s is ts.TypeAliasDeclaration => ts.isTypeAliasDeclaration(s) && s.name.text === 'MethodKind');
-  if (!alias) throw new Error('MethodKind is no longer declared in lib/nest/method-target.ts: update registry.spec.ts');
-  return stringLiteralsOf(alias.type);
-}
-
-/** The keys of the `ADAPTERS` record of lib/nest/method-runner.ts (the adapters the method kinds run with). */
-function methodRunnerAdapters(): string[] {
-  const source = parse(join(LIB, 'nest', 'method-runner.ts'));
-  for (const statement of source.statements) {
-    if (!ts.isVariableStatement(statement)) continue;
-    for (const declaration of statement.declarationList.declarations) {
-      if (ts.isIdentifier(declaration.name) && declaration.name.text === 'ADAPTERS' && declaration.initializer) {
-        const literal = declaration.initializer;
-        if (!ts.isObjectLiteralExpression(literal)) throw new Error('ADAPTERS is no object literal');
-        return literal.properties.map((p) => (p.name && (ts.isIdentifier(p.name) || ts.isStringLiteral(p.name)) ? p.name.text : '?'));
-      }
+/** The one declaration in lib/ that `find` picks, with its file (files move; the declaration is what counts). */
+function findDeclaration<T extends ts.Node>(what: string, find: (statement: ts.Statement) => T | undefined): { node: T; file: string } {
+  const found: { node: T; file: string }[] = [];
+  for (const file of sourceFiles(LIB)) {
+    for (const statement of parse(file).statements) {
+      const node = find(statement);
+      if (node) found.push({ node, file: relative(ROOT, file) });
     }
   }
-  throw new Error('ADAPTERS is no longer declared in lib/nest/method-runner.ts: update registry.spec.ts');
+  if (found.length !== 1) throw new Error(`expected one declaration of ${what} in lib/, found ${found.length}: update registry.spec.ts`);
+  return found[0];
+}
+
+/** The members of `type MethodKind = 'method' | ...` (the kinds of @Idempotent() methods without a request). */
+function methodKinds(): string[] {
+  const { node } = findDeclaration('type MethodKind', (s) =>
+    ts.isTypeAliasDeclaration(s) && s.name.text === 'MethodKind' ? s : undefined,
+  );
+  return stringLiteralsOf(node.type);
+}
+
+/** The keys of the `ADAPTERS` record of the method runner (the adapters the method kinds run with). */
+function methodRunnerAdapters(): string[] {
+  const { node } = findDeclaration('const ADAPTERS', (s) =>
+    ts.isVariableStatement(s)
+      ? s.declarationList.declarations.find((d) => ts.isIdentifier(d.name) && d.name.text === 'ADAPTERS' && d.initializer)
+      : undefined,
+  );
+  const literal = node.initializer!;
+  if (!ts.isObjectLiteralExpression(literal)) throw new Error('ADAPTERS is no object literal: update registry.spec.ts');
+  return literal.properties.map((p) => (p.name && (ts.isIdentifier(p.name) || ts.isStringLiteral(p.name)) ? p.name.text : '?'));
 }
 
 function sourceFiles(dir: string): string[] {
@@ -118,7 +130,7 @@ describe('every entry point of the library has a conformance driver', () => {
     expect(missing).toEqual([]);
   });
 
-  it('each MethodKind of method-target.ts, and each adapter of method-runner.ts', () => {
+  it('each MethodKind (lib/nest/**/method-target.ts), and each adapter of the method runner', () => {
     const kinds = methodKinds();
     expect([...methodRunnerAdapters()].sort()).toEqual([...kinds].sort());
     expect(kinds.filter((kind) => servedBy(`method:${kind}`).length === 0)).toEqual([]);
