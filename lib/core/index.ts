@@ -6,5 +6,7 @@ export * from './outcome.js';
 export * from './hash.js';
 export * from './key.js';
 export * from './engine.js';
+export { checkExecutionPolicy } from './execution.js';
+export { Lease } from './lease.js';
 export * from './defaults.js';
 export * from './make-idempotent.js';

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { IdempotencyConfigurationError, IdempotencyStoreUnavailableError } from '../core/errors.js';
 import { checkWholeNumber } from '../core/options.js';
+import { TimerQueue, type TimerQueueItem } from '../core/timer-queue.js';
 
 type RedisArgument = string | number;
 
@@ -59,64 +60,12 @@ export class LuaScript {
 }
 
 /** One call of a `RedisScriptRunner` still waiting for its reply, until its deadline. */
-interface PendingCall {
-  readonly deadline: number;
+interface PendingCall extends TimerQueueItem {
   /** The script's name (or `ping`), for the timeout's message. */
   readonly operation: string;
   /** Set when the call was rejected for its deadline: no fallback may be sent after that. */
   timedOut: boolean;
   readonly reject: (error: unknown) => void;
-}
-
-/**
- * The deadlines of a runner's calls, on one timer: every call of a runner has the same
- * timeout, so calls expire in the order they were made, and a Set (which iterates in
- * insertion order) holds them oldest first. A timer per call cost every command a timer
- * created and cleared; here a call costs an entry in the Set, and the one timer is
- * armed for the oldest call only.
- */
-class Deadlines {
-  private readonly pending = new Set<PendingCall>();
-  private timer: NodeJS.Timeout | undefined;
-
-  constructor(
-    private readonly timeout: number,
-    private readonly owner: string,
-  ) {}
-
-  add(call: PendingCall): void {
-    this.pending.add(call);
-    if (!this.timer) this.arm(this.timeout);
-  }
-
-  delete(call: PendingCall): void {
-    // While other calls wait, the timer stays armed (when it fires with nothing due, it
-    // re-arms for the oldest call); the last one out stops it, so no timer outlives the work.
-    if (this.pending.delete(call) && this.pending.size === 0 && this.timer) {
-      clearTimeout(this.timer);
-      this.timer = undefined;
-    }
-  }
-
-  private arm(delay: number): void {
-    this.timer = setTimeout(this.expire, delay);
-    this.timer.unref();
-  }
-
-  private readonly expire = (): void => {
-    this.timer = undefined;
-    // A monotonic clock, as timers use: a wall clock set back would hold calls past their deadline.
-    const now = performance.now();
-    for (const call of this.pending) {
-      if (call.deadline > now) {
-        this.arm(call.deadline - now);
-        return;
-      }
-      this.pending.delete(call);
-      call.timedOut = true;
-      call.reject(new RedisOperationTimeoutError(`${this.owner}.${call.operation}`, this.timeout));
-    }
-  };
 }
 
 /**
@@ -128,7 +77,11 @@ class Deadlines {
 export class RedisScriptRunner {
   private readonly sent = new Set<LuaScript>();
   readonly timeout: number;
-  private readonly deadlines: Deadlines | undefined;
+  /**
+   * The deadlines of the calls in flight, on one timer (every call of a runner has the
+   * same timeout); undefined when `timeout` is 0.
+   */
+  private readonly deadlines: TimerQueue<PendingCall> | undefined;
 
   constructor(
     readonly client: RedisClientLike,
@@ -143,7 +96,7 @@ export class RedisScriptRunner {
     }
     checkWholeNumber(owner, 'timeout', options.timeout, { unit: 'ms', min: 0, example: '2_000' });
     this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
-    this.deadlines = this.timeout === 0 ? undefined : new Deadlines(this.timeout, owner);
+    this.deadlines = this.timeout === 0 ? undefined : new TimerQueue<PendingCall>(this.timeout, (call) => this.expire(call));
   }
 
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
@@ -151,7 +104,7 @@ export class RedisScriptRunner {
     const deadlines = this.deadlines;
     if (!deadlines) return this.send(script, key, args, undefined);
     return new Promise((resolve, reject) => {
-      const call: PendingCall = { deadline: performance.now() + this.timeout, operation: script.name, timedOut: false, reject };
+      const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
       deadlines.add(call);
       this.send(script, key, args, call).then(
         (value) => {
@@ -176,7 +129,7 @@ export class RedisScriptRunner {
     const deadlines = this.deadlines;
     if (!deadlines) return pong;
     return new Promise((resolve, reject) => {
-      const call: PendingCall = { deadline: performance.now() + this.timeout, operation: 'ping', timedOut: false, reject };
+      const call: PendingCall = { dueAt: 0, operation: 'ping', timedOut: false, reject };
       deadlines.add(call);
       pong.then(
         () => {
@@ -189,6 +142,11 @@ export class RedisScriptRunner {
         },
       );
     });
+  }
+
+  private expire(call: PendingCall): void {
+    call.timedOut = true;
+    call.reject(new RedisOperationTimeoutError(`${this.owner}.${call.operation}`, this.timeout));
   }
 
   private send(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
