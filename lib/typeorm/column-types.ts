@@ -18,10 +18,13 @@ export interface MysqlColumnMapping {
 /**
  * The collations of a server. MariaDB's and MySQL 8's NO PAD binary collations have
  * different names (`utf8mb4_nopad_bin`, `utf8mb4_0900_bin`), and `utf8mb4_bin` is PAD SPACE
- * on both: `'a'` and `'a '` are equal under it.
+ * on both: `'a'` and `'a '` are equal under it. TypeORM keeps only the number of the
+ * server's version (`10.11.19`, not `10.11.19-MariaDB`): MariaDB's numbers start at 10,
+ * MySQL's are 5 to 9 so far. A wrong guess fails CREATE TABLE loudly ("Unknown collation").
  */
-export function mysqlCollationsOf(version: string): { exact: string; binary: string } {
-  return { exact: /mariadb/i.test(version) ? 'utf8mb4_nopad_bin' : 'utf8mb4_0900_bin', binary: 'utf8mb4_bin' };
+export function mysqlCollationsOf(version: string, driverType?: string): { exact: string; binary: string } {
+  const mariadb = driverType === 'mariadb' || /mariadb/i.test(version) || Number(version.split('.')[0]) >= 10;
+  return { exact: mariadb ? 'utf8mb4_nopad_bin' : 'utf8mb4_0900_bin', binary: 'utf8mb4_bin' };
 }
 
 /** Mappings per declaring class, then per property. */
@@ -69,12 +72,14 @@ function installNormalizeTypeHook(): void {
     if (!mapping) return original.call(this, column);
     // The metadata is this DataSource's own copy: setting its collation here (the entity
     // validator normalizes every column before any DDL is built) reaches CREATE TABLE.
-    if (mapping.collation && !column.collation) column.collation = mysqlCollationsOf(String(this.version ?? ''))[mapping.collation];
+    if (mapping.collation && !column.collation)
+      column.collation = mysqlCollationsOf(String(this.version ?? ''), this.options?.type)[mapping.collation];
     return mapping.type ?? original.call(this, column);
   };
 }
 
 interface MysqlDriverLike {
   version?: string;
+  options?: { type?: string };
   normalizeType(column: NormalizedColumn): string;
 }

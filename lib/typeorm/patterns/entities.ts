@@ -1,4 +1,5 @@
 import { Column, Index, VersionColumn } from 'typeorm';
+import { mapColumnOnMysql } from '../column-types.js';
 
 /**
  * Base class for entities updated concurrently: a `version` column TypeORM sets to 1 on
@@ -30,6 +31,15 @@ export abstract class VersionedEntity {
  * base class would collide on the second table, as PostgreSQL and SQLite index names are
  * per schema.
  *
+ * Keys compare exactly, byte for byte, on every database: `evt_1AbC`, `evt_1abc`,
+ * `evt_1AbC ` and `ÉVT` / `EVT` are four keys. PostgreSQL and SQLite compare `varchar`
+ * that way already; on MySQL and MariaDB the column is created with a binary NO PAD
+ * collation (`utf8mb4_nopad_bin` on MariaDB, `utf8mb4_0900_bin` on MySQL 8), since the
+ * server's default (`utf8mb4_general_ci`) ignores case, accents and trailing spaces.
+ * A column made before (TypeORM's schema sync does not change the collation of an existing
+ * column) needs the ALTER TABLE of docs/entity-patterns.md; until then `insertOrGet()`
+ * refuses a key that the column confuses with another instead of returning the other row.
+ *
  * @example
  * @Entity('refund_records')
  * export class RefundRecord extends IdempotentEntity {
@@ -42,3 +52,4 @@ export abstract class IdempotentEntity extends VersionedEntity {
   @Column({ name: 'idem_key', type: 'varchar', length: 255 })
   idemKey: string;
 }
+mapColumnOnMysql(IdempotentEntity, 'idemKey', { collation: 'exact' });

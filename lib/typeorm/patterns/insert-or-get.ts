@@ -91,6 +91,19 @@ export async function insertOrGet<T extends ObjectLiteral>(
       'Check the other unique columns (e.g. the primary key) of the values you insert.',
     );
   }
+  const found = (row as Record<string, unknown>)[by];
+  if (typeof keyValue === 'string' && typeof found === 'string' && found !== keyValue) {
+    // The unique index took two keys for one (a collation that ignores case, accents or
+    // trailing spaces): the row is another operation's, and returning it would replay it.
+    const column = metadata.findColumnWithPropertyPath(by)!.databaseName;
+    throw new IdempotencyConfigurationError(
+      `insertOrGet: the column ${column} of ${metadata.tablePath} compares ${JSON.stringify(keyValue)} equal to another key, ` +
+        `${JSON.stringify(found)}; the existing row is another operation's.`,
+      `Make the column compare exactly. MariaDB: ALTER TABLE \`${metadata.tableName}\` MODIFY \`${column}\` varchar(255) ` +
+        `CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL; MySQL 8: the same with COLLATE utf8mb4_0900_bin ` +
+        '(utf8mb4_bin still ignores trailing spaces). See docs/entity-patterns.md, "Keys compare exactly".',
+    );
+  }
   return { entity: row, created };
 }
 

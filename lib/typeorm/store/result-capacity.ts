@@ -41,13 +41,25 @@ const capacities = new WeakMap<DataSource, Map<string, Promise<ResultCapacity>>>
 /** The same, once read: a `complete` then checks its result without an async step. */
 const readCapacities = new WeakMap<DataSource, Map<string, ResultCapacity>>();
 
-/** The capacity of `table`, asked once per DataSource and table (a failed read is asked again). */
-export function mysqlResultCapacityOf(dataSource: DataSource, table: TableName): Promise<ResultCapacity> {
+/** Runs one query: the DataSource's (a pooled connection), or a transaction's own runner's. */
+export type CapacityQuery = (sql: string, params: unknown[]) => Promise<unknown>;
+
+/**
+ * The capacity of `table`, asked once per DataSource and table (a failed read is asked
+ * again). Inside a transaction pass its runner's `query`: with every pooled connection
+ * held by transactions that wait for this one's row lock, asking for another connection
+ * would wait for ever.
+ */
+export function mysqlResultCapacityOf(
+  dataSource: DataSource,
+  table: TableName,
+  query: CapacityQuery = (sql, params) => dataSource.query(sql, params),
+): Promise<ResultCapacity> {
   let byTable = capacities.get(dataSource);
   if (!byTable) capacities.set(dataSource, (byTable = new Map()));
   let known = byTable.get(table.quoted);
   if (!known) {
-    const reading = readCapacity(dataSource, table);
+    const reading = readCapacity(query, table);
     known = reading;
     byTable.set(table.quoted, reading);
     reading.then(
@@ -75,8 +87,8 @@ export function forgetResultCapacity(dataSource: DataSource, table: TableName): 
   readCapacities.get(dataSource)?.delete(table.quoted);
 }
 
-async function readCapacity(dataSource: DataSource, table: TableName): Promise<ResultCapacity> {
-  const rows = (await dataSource.query(
+async function readCapacity(query: CapacityQuery, table: TableName): Promise<ResultCapacity> {
+  const rows = (await query(
     `SELECT @@max_allowed_packet AS packet, c.COLUMN_NAME AS name, c.DATA_TYPE AS type, c.CHARACTER_OCTET_LENGTH AS octets, c.COLLATION_NAME AS collation
 FROM information_schema.COLUMNS c
 WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ? AND c.COLUMN_NAME IN ('key', 'result')`,

@@ -435,7 +435,9 @@ async function guardRecordStatement<R>(
  */
 async function storableMysqlResult(runner: QueryRunner, path: RecordPath, key: string, result: string): Promise<string> {
   const dataSource = dataSourceOf(runner);
-  const capacity = knownMysqlResultCapacity(dataSource, path.sql.table) ?? (await mysqlResultCapacityOf(dataSource, path.sql.table));
+  const capacity =
+    knownMysqlResultCapacity(dataSource, path.sql.table) ??
+    (await mysqlResultCapacityOf(dataSource, path.sql.table, (sql, params) => runner.query(sql, params)));
   const reason = unstorableResultReason(result, capacity);
   if (!reason) return result;
   path.onEvent?.({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
