@@ -12,6 +12,9 @@ import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
 export const MISMATCH = 'IDEMPOTENCY_FINGERPRINT_MISMATCH';
 export const KEY_MISSING = 'IDEMPOTENCY_KEY_MISSING';
 export const IN_FLIGHT = 'IDEMPOTENCY_REQUEST_IN_FLIGHT';
+export const CONFIGURATION = 'IDEMPOTENCY_CONFIGURATION_ERROR';
+/** The principal of a caller that is authenticated but whose identity cannot be read (a user without an id). */
+export const UNREADABLE = '!';
 
 /** A check that cannot apply to an entry point, with the reason (the registry test requires one). */
 export interface NotApplicable {
@@ -73,7 +76,11 @@ export interface ConformanceDriver<I, S> {
   runs(operation: string): number;
   /** The input used where the check is not about inputs. */
   readonly input: I;
-  readonly principals: { readonly operation: string; readonly via: readonly string[] } | NotApplicable;
+  /**
+   * `failsClosed`: a caller whose principal is `UNREADABLE` (a user object without an id)
+   * is refused with the configuration error, never served as anonymous.
+   */
+  readonly principals: { readonly operation: string; readonly via: readonly string[]; readonly failsClosed?: boolean } | NotApplicable;
   /** Pairs of operations that must never share a record under one key. */
   readonly operations: ReadonlyArray<{ readonly name: string; readonly a: string; readonly b: string }>;
   /**
@@ -172,6 +179,25 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
           const aliceAgain = driver.answerOf(await driver.call({ operation, key: k, principal: 'alice', via, input: driver.input }));
           expect(aliceAgain).toEqual(alice);
           expect(driver.runs(operation) - before).toBe(2);
+        });
+      }
+    });
+
+    describe('1. two principals never share a record (fail closed)', () => {
+      const principals = driver.principals;
+      if (isNotApplicable(principals) || !principals.failsClosed) return;
+      for (const via of principals.via) {
+        it(`a user whose id cannot be read (in ${via}) is refused, never served as anonymous`, async () => {
+          const k = key();
+          const operation = principals.operation;
+          const anonymous = driver.answerOf(await driver.call({ operation, key: k, input: driver.input }));
+          const before = driver.runs(operation);
+          driver.expectRefusalShape(
+            await driver.call({ operation, key: k, principal: UNREADABLE, via, input: driver.input }),
+            CONFIGURATION,
+          );
+          expect(driver.runs(operation)).toBe(before);
+          expect(anonymous.principal ?? undefined).toBeUndefined();
         });
       }
     });

@@ -16,7 +16,7 @@ import {
 } from '@nestjs/graphql';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver } from './conformance.js';
+import { CONFIGURATION, Hold, IN_FLIGHT, UNREADABLE, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver } from './conformance.js';
 
 /**
  * GraphQL mutations (Apollo, code first) over real HTTP. The principal is where GraphQL
@@ -180,9 +180,16 @@ class UserFromHeaderGqlGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
     const request = context.getType<string>() === 'graphql' ? context.getArgByIndex(2)?.req : context.switchToHttp().getRequest();
     const user = request?.headers?.['x-user'];
-    if (user) request.user = { id: user };
+    if (user === UNREADABLE) request.user = { name: 'no id' };
+    else if (user) request.user = { id: user };
     return true;
   }
+}
+
+/** The common Apollo set-up puts the user in the context: `x-ctx-user: alice` is `{ id: 'alice' }`, `!` a user without an id. */
+function contextUserOf(header: string | undefined): unknown {
+  if (header === UNREADABLE) return { name: 'no id' };
+  return header ? { id: header } : undefined;
 }
 
 const SELECTIONS: Record<string, string> = {
@@ -201,7 +208,7 @@ function text(seen: GqlSeen): string {
   return `${seen.status} ${seen.bytes.toString('utf8').slice(0, 500)}`;
 }
 
-const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
+const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409, [CONFIGURATION]: 500 };
 
 function sameBody(first: GqlSeen, replay: GqlSeen): void {
   expect(first.body.errors).toBeUndefined();
@@ -226,7 +233,7 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
             includeStacktraceInErrorResponses: false,
             context: ({ req }: { req: { headers: Record<string, string | undefined> } }) => ({
               req,
-              user: req.headers['x-ctx-user'] ? { id: req.headers['x-ctx-user'] } : undefined,
+              user: contextUserOf(req.headers['x-ctx-user']),
             }),
           }),
           versionedModule('v1'),
@@ -278,7 +285,7 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
     },
     runs: (operation) => effects.count(operation),
     input: { amount: 10 },
-    principals: { operation: 'refund', via: ['request.user', 'context.user'] },
+    principals: { operation: 'refund', via: ['request.user', 'context.user'], failsClosed: true },
     operations: [
       { name: 'two mutations', a: 'refund', b: 'credit' },
       { name: 'two resolvers whose classes share a name (RefundResolver in two modules)', a: 'v1Refund', b: 'v2Refund' },

@@ -11,6 +11,7 @@ import {
   UploadedFile,
   UseInterceptors,
   type CallHandler,
+  type CanActivate,
   type ExecutionContext,
   type INestApplication,
   type NestInterceptor,
@@ -27,9 +28,18 @@ import type Redis from 'ioredis';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import { Effects } from '../support/effects.js';
-import { UserFromHeaderGuard } from '../support/user-from-header.guard.js';
 import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
-import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
+import {
+  CONFIGURATION,
+  Hold,
+  IN_FLIGHT,
+  UNREADABLE,
+  KEY_MISSING,
+  MISMATCH,
+  type Answer,
+  type ConformanceDriver,
+  type ReplayCase,
+} from './conformance.js';
 
 /**
  * HTTP on Express and Fastify, over real HTTP (fetch), so that "what the caller saw" is
@@ -69,6 +79,18 @@ export class Account {
   @Expose()
   get displayName(): string {
     return `account ${this.id} (run ${this.run})`;
+  }
+}
+
+/** Test authentication: `x-user: alice` becomes `request.user = { id: 'alice' }`; `x-user: !` a user without an id. */
+@Injectable()
+class UserFromHeaderGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    const request = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined>; user?: unknown }>();
+    const user = request.headers['x-user'];
+    if (user === UNREADABLE) request.user = { name: 'no id' };
+    else if (user) request.user = { id: user };
+    return true;
   }
 }
 
@@ -241,7 +263,7 @@ class RedisRecords {
   }
 }
 
-const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409 };
+const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400, [IN_FLIGHT]: 409, [CONFIGURATION]: 500 };
 
 /** The replay is the first answer byte for byte, with its status and content type, marked as a replay. */
 function expectSameHttp(first: HttpSeen, replay: HttpSeen): void {
@@ -389,7 +411,7 @@ export function httpDriver(
     },
     runs: (operation) => effects.count(operation),
     input: { body: { amount: 10 } },
-    principals: { operation: 'POST /conf/refunds', via: ['request.user'] },
+    principals: { operation: 'POST /conf/refunds', via: ['request.user'], failsClosed: true },
     operations: [
       { name: 'two routes', a: 'POST /conf/refunds', b: 'POST /conf/credits' },
       { name: 'two routes that differ only by method (POST and PUT /conf/refunds)', a: 'POST /conf/refunds', b: 'PUT /conf/refunds' },
