@@ -28,6 +28,7 @@ export const CONFORMANCE_DRIVERS = {
     path: 'wrapper',
     what: '@MessagePattern handlers on Transport.NATS (key from the Idempotency-Key header)',
   },
+  rmq: { serves: 'adapter:rpc', path: 'wrapper', what: '@MessagePattern handlers on Transport.RMQ (messageId, ack: true, noAck: false)' },
   'tcp-interceptor': { serves: 'adapter:rpc', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   'nats-interceptor': { serves: 'adapter:rpc', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   graphql: { serves: 'adapter:graphql', path: 'wrapper', what: 'GraphQL mutations (Apollo, code first)' },

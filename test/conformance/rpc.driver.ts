@@ -6,27 +6,30 @@ import {
   MessagePattern,
   NatsRecordBuilder,
   Payload,
+  RmqRecordBuilder,
   RpcException,
   Transport,
   type ClientProxy,
   type MicroserviceOptions,
   type NatsContext,
+  type RmqContext,
 } from '@nestjs/microservices';
 import * as natsV3 from '@nats-io/transport-node';
 import * as natsV2 from 'nats';
 import { firstValueFrom } from 'rxjs';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule, isIdempotencyRpcError } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { NATS_URL, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
+import { NATS_URL, RABBITMQ_URL, RabbitProbe, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
 import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
  * `@MessagePattern` handlers on a transport without message ids (TCP: the `key` option
- * reads the payload) and on a broker (NATS: the `Idempotency-Key` header). There is no
- * authenticated principal on messages: the documented `scope` option carries the sender
- * (the payload's `tenant` on TCP, an `x-user` header on NATS).
+ * reads the payload) and on brokers (NATS: the `Idempotency-Key` header; RabbitMQ: the
+ * `messageId`, with `ack: true` and manual acknowledgement). There is no authenticated
+ * principal on messages: the documented `scope` option carries the sender (the payload's
+ * `tenant` on TCP, an `x-user` header on NATS and RabbitMQ).
  */
-export type RpcTransport = 'tcp' | 'nats';
+export type RpcTransport = 'tcp' | 'nats' | 'rmq';
 
 interface Command {
   readonly tenant?: string;
@@ -49,6 +52,12 @@ function natsHeader(context: ExecutionContext, name: string): string | undefined
   return key === undefined ? undefined : headers!.get(key) || undefined;
 }
 
+function rmqHeader(context: ExecutionContext, name: string): string | undefined {
+  const headers = context.switchToRpc().getContext<RmqContext>().getMessage()?.properties?.headers as Record<string, unknown> | undefined;
+  const value = headers?.[name];
+  return typeof value === 'string' && value ? value : undefined;
+}
+
 function describeSeen(seen: RpcSeen): string {
   return seen.ok ? `the value ${JSON.stringify(seen.value)}` : `the error ${JSON.stringify(seen.error)}`;
 }
@@ -68,10 +77,16 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
           key: (context: ExecutionContext) => context.switchToRpc().getData<Command>().ref,
           scope: (context: ExecutionContext) => context.switchToRpc().getData<Command>().tenant,
         }
-      : { scope: (context: ExecutionContext) => natsHeader(context, 'x-user') };
+      : transport === 'nats'
+        ? { scope: (context: ExecutionContext) => natsHeader(context, 'x-user') }
+        : { scope: (context: ExecutionContext) => rmqHeader(context, 'x-user'), ack: true };
   /** Who sent the command, as the handler sees it. */
-  const tenantOf = (command: Command, context: { getHeaders?: () => { get(name: string): string } | undefined }) =>
-    transport === 'tcp' ? command.tenant : context.getHeaders?.()?.get('x-user') || undefined;
+  const tenantOf = (command: Command, context: NatsContext | RmqContext): string | undefined => {
+    if (transport === 'tcp') return command.tenant;
+    if (transport === 'nats') return (context as NatsContext).getHeaders?.()?.get('x-user') || undefined;
+    const value = ((context as RmqContext).getMessage()?.properties?.headers as Record<string, unknown> | undefined)?.['x-user'];
+    return typeof value === 'string' && value ? value : undefined;
+  };
 
   const answer = (operation: string, tenant: string | undefined): Answer => ({ operation, principal: tenant, run: effects.hit(operation) });
 
@@ -83,31 +98,31 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
   class ConformanceController {
     @MessagePattern(p('refund'))
     @Idempotent(options)
-    refund(@Payload() command: Command, @Ctx() context: NatsContext) {
+    refund(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
       return answer('refund', tenantOf(command, context));
     }
 
     @MessagePattern(p('credit'))
     @Idempotent(options)
-    credit(@Payload() command: Command, @Ctx() context: NatsContext) {
+    credit(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
       return answer('credit', tenantOf(command, context));
     }
 
     @MessagePattern(V1)
     @Idempotent(options)
-    refundV1(@Payload() command: Command, @Ctx() context: NatsContext) {
+    refundV1(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
       return answer('{version:1}', tenantOf(command, context));
     }
 
     @MessagePattern(V2)
     @Idempotent(options)
-    refundV2(@Payload() command: Command, @Ctx() context: NatsContext) {
+    refundV2(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
       return answer('{version:2}', tenantOf(command, context));
     }
 
     @MessagePattern(p('held'))
     @Idempotent({ ...options, inFlight: 'reject' })
-    async held(@Payload() command: Command, @Ctx() context: NatsContext) {
+    async held(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
       const value = answer('held', tenantOf(command, context));
       await hold.gate;
       return value;
@@ -133,7 +148,7 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     class RefundsController {
       @MessagePattern(p(`${area}.refund`))
       @Idempotent(options)
-      refund(@Payload() command: Command, @Ctx() context: NatsContext) {
+      refund(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
         return answer(`${area}.refund`, tenantOf(command, context));
       }
     }
@@ -198,6 +213,17 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
         });
         await app.listen();
         client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
+      } else if (transport === 'rmq') {
+        app = await NestFactory.createMicroservice<MicroserviceOptions>(AppModule, {
+          transport: Transport.RMQ,
+          options: { urls: [RABBITMQ_URL], queue: prefix, noAck: false, queueOptions: { durable: false } },
+          logger: false,
+        });
+        await app.listen();
+        client = ClientProxyFactory.create({
+          transport: Transport.RMQ,
+          options: { urls: [RABBITMQ_URL], queue: prefix, queueOptions: { durable: false } },
+        });
       } else {
         app = await NestFactory.createMicroservice<MicroserviceOptions>(AppModule, {
           transport: Transport.NATS,
@@ -212,12 +238,21 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     async close() {
       await client?.close();
       await app?.close();
+      if (transport === 'rmq') {
+        const probe = await RabbitProbe.open();
+        await probe.deleteQueues(prefix);
+        await probe.close();
+      }
     },
     async call({ operation, key, principal, input }) {
       const pattern = PATTERNS[operation];
       let payload: unknown;
       if (transport === 'tcp') {
         payload = { tenant: principal, ref: key, input };
+      } else if (transport === 'rmq') {
+        payload = new RmqRecordBuilder({ input })
+          .setOptions({ ...(key !== undefined && { messageId: key }), headers: principal ? { 'x-user': principal } : {} })
+          .build();
       } else {
         const headers: Record<string, string> = {};
         if (key !== undefined) headers['Idempotency-Key'] = key;
