@@ -96,8 +96,7 @@ WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ? AND c.COLUMN
   )) as Array<{ packet: unknown; name: string; type: string; octets: unknown; collation: string | null }>;
   const result = rows.find((row) => String(row.name).toLowerCase() === 'result');
   const key = rows.find((row) => String(row.name).toLowerCase() === 'key');
-  const packet =
-    rows[0]?.packet ?? ((await dataSource.query('SELECT @@max_allowed_packet AS packet')) as Array<{ packet: unknown }>)[0]?.packet;
+  const packet = rows[0]?.packet ?? ((await query('SELECT @@max_allowed_packet AS packet', [])) as Array<{ packet: unknown }>)[0]?.packet;
   return {
     // Unknown (no such column: the probe reports that) counts as unlimited here.
     columnBytes: result ? Number(result.octets ?? Number.POSITIVE_INFINITY) : Number.POSITIVE_INFINITY,
@@ -127,6 +126,17 @@ export function unstorableResultReason(result: string, capacity: ResultCapacity)
 /** What a result that can never be stored is stored as instead: duplicates then get a not-replayable error. */
 export function unstorableResult(reason: string): string {
   return serializeOutcome({ kind: 'unstorable', reason });
+}
+
+const LOST_RESULT = unstorableResult('the stored response was lost from the records table (its result column is empty)');
+
+/**
+ * The stored result of a completed row. One without a result lost it (TypeORM's schema
+ * sync drops and re-adds a column whose type changed, e.g. the 0.4 entity's TEXT result):
+ * it replays as not storable, never as a reason to run the handler again.
+ */
+export function completedResultOf(value: unknown): string {
+  return value === null || value === undefined ? LOST_RESULT : String(value);
 }
 
 /** Characters mysql2 escapes with a backslash (`\0 \b \t \n \r \x1a " ' \`). */

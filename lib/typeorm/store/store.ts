@@ -16,6 +16,7 @@ import type {
 import { configurationErrorOf, mysqlErrnoOf } from './failures.js';
 import {
   checkResultCapacity,
+  completedResultOf,
   forgetResultCapacity,
   knownMysqlResultCapacity,
   mysqlResultCapacityOf,
@@ -585,7 +586,7 @@ function purgeLockKeyOf(table: string): string {
 function toRecord(key: string, row: Record<string, unknown>): IdempotencyRecord {
   const fingerprint = row.fingerprint === null || row.fingerprint === undefined ? undefined : String(row.fingerprint);
   if (row.status === 'completed') {
-    return { status: 'completed', key, result: String(row.result ?? ''), expiresAt: Number(row.expires_at), fingerprint };
+    return { status: 'completed', key, result: completedResultOf(row.result), expiresAt: Number(row.expires_at), fingerprint };
   }
   return { status: 'in_progress', key, leaseToken: String(row.lease_token), leaseExpiresAt: Number(row.lease_expires_at), fingerprint };
 }

@@ -15,7 +15,13 @@ import { configurationErrorOf, isConnectionLoss, sqlStateOf, transientLockErrorO
 import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { serverRecordSql, type RecordSql } from './record-sql.js';
-import { knownMysqlResultCapacity, mysqlResultCapacityOf, unstorableResult, unstorableResultReason } from './result-capacity.js';
+import {
+  completedResultOf,
+  knownMysqlResultCapacity,
+  mysqlResultCapacityOf,
+  unstorableResult,
+  unstorableResultReason,
+} from './result-capacity.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
@@ -326,7 +332,7 @@ async function acquire(
     if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
       throw new IdempotencyFingerprintMismatchError();
     }
-    if (row.status === 'completed') return { kind: 'replay', result: String(row.result) };
+    if (row.status === 'completed') return { kind: 'replay', result: completedResultOf(row.result) };
     // A live lease taken through the non-transactional claim() path with the same key.
     const leaseEnd = Number(row.lease_expires_at);
     return { kind: 'in_flight', retryAfterMs: Math.max(1_000, leaseEnd - Date.now()) };
@@ -385,7 +391,7 @@ async function acquireMysql(
   if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
     throw new IdempotencyFingerprintMismatchError();
   }
-  if (row.status === 'completed') return { kind: 'replay', result: String(row.result) };
+  if (row.status === 'completed') return { kind: 'replay', result: completedResultOf(row.result) };
   return { kind: 'in_flight', retryAfterMs: Math.max(1_000, Number(row.lease_expires_at) - Date.now()) };
 }
 

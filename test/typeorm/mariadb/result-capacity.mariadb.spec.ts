@@ -204,4 +204,27 @@ describe('records that the MariaDB table or server cannot hold', () => {
     expect(storeEvents.map((event) => event.type)).toEqual(['response_not_storable']);
     expect(store.transactionRetries).toBe(0);
   });
+
+  it('a completed record whose result was lost (a schema sync re-created the column) replays as not storable, never runs again', async () => {
+    const table = await createTable(dataSource);
+    const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
+    const events: IdempotencyEvent[] = [];
+    const { fn, runs } = counted(store, 10, events);
+    await fn('lost');
+    // What TypeORM's DROP COLUMN + ADD COLUMN leaves: completed rows with a NULL result.
+    await dataSource.query(`UPDATE \`${table}\` SET \`result\` = NULL`);
+    expect(await rejectionOf(fn('lost'))).toBeInstanceOf(IdempotencyNotReplayableError);
+    expect(runs.count).toBe(1);
+    const replay = await store.runTransactional(
+      { key: (await dataSource.query(`SELECT \`key\` FROM \`${table}\``))[0].key, ttl: 60_000 },
+      () => {
+        throw new Error('the work must not run');
+      },
+    );
+    expect(replay.kind).toBe('replay');
+    expect(deserializeOutcome((replay as { result: string }).result)).toMatchObject({
+      kind: 'unstorable',
+      reason: expect.stringContaining('lost'),
+    });
+  });
 });
