@@ -55,6 +55,12 @@ export type RuntimePath = 'wrapper' | 'interceptor';
 
 export type EntryId = keyof typeof CONFORMANCE_DRIVERS;
 
+/** `name` as a registered entry id (drivers that serve several entries compute their name). */
+export function entryId(name: string): EntryId {
+  if (!(name in CONFORMANCE_DRIVERS)) throw new Error(`${name} is not registered in test/conformance/drivers.ts`);
+  return name as EntryId;
+}
+
 /**
  * Entry points one adapter or kind serves in several ways, each of which needs its own
  * driver: the issue names Express and Fastify, TCP and a broker, provider methods and

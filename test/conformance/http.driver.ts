@@ -28,7 +28,7 @@ import type Redis from 'ioredis';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import { Effects } from '../support/effects.js';
-import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
+import { entryId } from './drivers.js';
 import {
   CONFIGURATION,
   Hold,
@@ -226,12 +226,6 @@ function json(seen: HttpSeen): Record<string, unknown> {
   }
 }
 
-function entryOf(platform: Platform, options: { interceptor?: boolean; redis?: boolean }): EntryId {
-  const entry = options.redis ? `${platform}-redis` : options.interceptor ? `${platform}-interceptor` : platform;
-  if (!(entry in CONFORMANCE_DRIVERS)) throw new Error(`${entry} is not registered in drivers.ts`);
-  return entry as EntryId;
-}
-
 /** A RedisIdempotencyStore under a prefix of this run, and every record under it, as Redis holds it. */
 class RedisRecords {
   private constructor(
@@ -333,7 +327,7 @@ export function httpDriver(
   ];
 
   return {
-    entry: entryOf(platform, options),
+    entry: entryId(options.redis ? `${platform}-redis` : options.interceptor ? `${platform}-interceptor` : platform),
     async boot(memory) {
       const store = options.redis ? (redis = await RedisRecords.open()).store : memory;
       @Module({

@@ -20,6 +20,7 @@ import { firstValueFrom } from 'rxjs';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule, isIdempotencyRpcError } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { NATS_URL, RABBITMQ_URL, RabbitProbe, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
+import { entryId } from './drivers.js';
 import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
@@ -196,7 +197,7 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
   ];
 
   return {
-    entry: driverOptions.interceptor ? `${transport}-interceptor` : transport,
+    entry: entryId(driverOptions.interceptor ? `${transport}-interceptor` : transport),
     async boot(store) {
       @Module({
         imports: [IdempotencyModule.forRoot({ store, logger: false, isGlobal: true }), featureModule('billing'), featureModule('shipping')],
