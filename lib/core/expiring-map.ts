@@ -14,8 +14,9 @@
  * thousands of holes. A cursor passes each hole once.
  *
  * It has no capacity of its own: the memory idempotency store bounds two maps together
- * and evicts only completed records, and locks are never evicted (that would grant a
- * held lock twice), so each owner applies its own bound with `deleteOldest`.
+ * and evicts only completed records, locks are never evicted (that would grant a held
+ * lock twice), and the Redis near cache bounds entries and bytes (`SizedExpiringMap`),
+ * so each owner applies its own bound with `deleteOldest`.
  *
  * Not part of the public API.
  */
@@ -84,5 +85,45 @@ export class ExpiringMap<K, V> extends Map<K, V> {
       }
       this.current = next.value;
     }
+  }
+}
+
+/**
+ * An `ExpiringMap` that keeps the total size of its values (`sizeOf`, e.g. bytes) up to
+ * date through every write, delete, sweep, eviction and clear, for an owner bounded by
+ * size as well as by count (the Redis near cache).
+ */
+export class SizedExpiringMap<K, V> extends ExpiringMap<K, V> {
+  private total = 0;
+
+  constructor(
+    expiryOf: (value: V) => number,
+    private readonly sizeOf: (value: V) => number,
+  ) {
+    super(expiryOf);
+  }
+
+  /** The sum of `sizeOf` over the values in the map. */
+  get totalSize(): number {
+    return this.total;
+  }
+
+  override set(key: K, value: V): this {
+    const old = this.get(key);
+    if (old !== undefined) this.total -= this.sizeOf(old);
+    this.total += this.sizeOf(value);
+    return super.set(key, value);
+  }
+
+  override delete(key: K): boolean {
+    const old = this.get(key);
+    if (!super.delete(key)) return false;
+    if (old !== undefined) this.total -= this.sizeOf(old);
+    return true;
+  }
+
+  override clear(): void {
+    super.clear();
+    this.total = 0;
   }
 }

@@ -1,4 +1,4 @@
-import { ExpiringMap } from '../../lib/core/expiring-map.js';
+import { ExpiringMap, SizedExpiringMap } from '../../lib/core/expiring-map.js';
 
 interface Item {
   expiresAt: number;
@@ -129,5 +129,58 @@ describe('ExpiringMap', () => {
     lock.expiresAt = 50;
     map.sweep(10, 2);
     expect([...map.keys()]).toEqual(['lock', 'other']);
+  });
+});
+
+describe("SizedExpiringMap (the near cache's entries)", () => {
+  interface Sized {
+    expiresAt: number;
+    bytes: number;
+  }
+  const sized = (expiresAt: number, bytes: number): Sized => ({ expiresAt, bytes });
+  const newMap = () =>
+    new SizedExpiringMap<string, Sized>(
+      (value) => value.expiresAt,
+      (value) => value.bytes,
+    );
+
+  it('counts the size of its values through set, overwrite, delete and clear', () => {
+    const map = newMap();
+    map.set('a', sized(50, 100));
+    map.set('b', sized(50, 10));
+    expect(map.totalSize).toBe(110);
+    map.set('a', sized(50, 7));
+    expect(map.totalSize).toBe(17);
+    expect(map.delete('b')).toBe(true);
+    expect(map.delete('b')).toBe(false);
+    expect(map.totalSize).toBe(7);
+    map.clear();
+    expect(map.totalSize).toBe(0);
+    expect(map.size).toBe(0);
+  });
+
+  it('counts what sweep, live and deleteOldest remove', () => {
+    const map = newMap();
+    map.set('old', sized(5, 1));
+    map.set('stale', sized(5, 2));
+    map.set('fresh', sized(50, 4));
+    map.set('later', sized(60, 8));
+    map.sweep(10, 1);
+    expect(map.totalSize).toBe(14);
+    expect(map.live('stale', 10)).toBeUndefined();
+    expect(map.totalSize).toBe(12);
+    expect(map.deleteOldest()).toEqual(sized(50, 4));
+    expect([...map.keys()]).toEqual(['later']);
+    expect(map.totalSize).toBe(8);
+  });
+
+  it('keeps the order and expiry rules of ExpiringMap: a key set again moves to the end', () => {
+    const map = newMap();
+    map.set('a', sized(5, 1));
+    map.set('b', sized(5, 1));
+    map.set('a', sized(50, 1));
+    map.sweep(10, 5);
+    expect([...map.keys()]).toEqual(['a']);
+    expect(map.totalSize).toBe(1);
   });
 });
