@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
+import type { IdempotencyEvent } from '../../core/events.js';
 import { serializeOutcome } from '../../core/outcome.js';
 import { mysqlQuoted } from './mysql-sql.js';
 import type { TableName } from './record-sql.js';
@@ -126,6 +127,29 @@ export function unstorableResultReason(result: string, capacity: ResultCapacity)
 /** What a result that can never be stored is stored as instead: duplicates then get a not-replayable error. */
 export function unstorableResult(reason: string): string {
   return serializeOutcome({ kind: 'unstorable', reason });
+}
+
+/**
+ * MySQL family: the result to store, `result` itself or, for one the table or the server
+ * can never take, the not-storable outcome standing for it (`report`ed once, as a
+ * `response_not_storable` event). Storing it would fail on every retry until the lease is
+ * lost, and a statement over `max_allowed_packet` also makes the server close the
+ * connection; the key completes instead, and a duplicate does not run the handler again.
+ * The capacity is read once per table (`query`: see `mysqlResultCapacityOf`).
+ */
+export async function storableMysqlResult(
+  dataSource: DataSource,
+  table: TableName,
+  key: string,
+  result: string,
+  report: (event: IdempotencyEvent) => void,
+  query?: CapacityQuery,
+): Promise<string> {
+  const capacity = knownMysqlResultCapacity(dataSource, table) ?? (await mysqlResultCapacityOf(dataSource, table, query));
+  const reason = unstorableResultReason(result, capacity);
+  if (!reason) return result;
+  report({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
+  return unstorableResult(reason);
 }
 
 const LOST_RESULT = unstorableResult('the stored response was lost from the records table (its result column is empty)');

@@ -13,15 +13,13 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../../core/store.js';
-import { configurationErrorOf, mysqlErrnoOf } from './failures.js';
+import { configurationErrorOf } from './failures.js';
 import {
   checkResultCapacity,
   completedResultOf,
   forgetResultCapacity,
-  knownMysqlResultCapacity,
   mysqlResultCapacityOf,
-  unstorableResult,
-  unstorableResultReason,
+  storableMysqlResult,
 } from './result-capacity.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { RateLimitedLog } from '../../observability/rate-limited-log.js';
@@ -323,35 +321,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
     const sql = this.sql;
-    if (sql.dialect !== 'mysql') return this.write(() => sql.complete(key, token, request.result, request.ttl));
-    // MySQL family: a result over the column or the server's packet can never be stored,
-    // and one over the packet would also cost the pool its connection. Store what stands
-    // for it instead, so the key completes once and a retry does not run the handler again.
     let result = request.result;
-    try {
-      const capacity = knownMysqlResultCapacity(this.dataSource, sql.table) ?? (await mysqlResultCapacityOf(this.dataSource, sql.table));
-      const reason = unstorableResultReason(result, capacity);
-      if (reason) result = this.notStorable(key, reason);
-    } catch (error) {
-      throw this.failure(error);
+    if (sql.dialect === 'mysql') {
+      try {
+        result = await storableMysqlResult(this.dataSource, sql.table, key, result, (event) => this.listeners.emit(event));
+      } catch (error) {
+        throw this.failure(error);
+      }
     }
-    try {
-      return await this.write(() => sql.complete(key, token, result, request.ttl));
-    } catch (error) {
-      // ER_DATA_TOO_LONG: the column is smaller than it said (another character set).
-      if (mysqlErrnoOf(error) !== 1406 || result !== request.result) throw error;
-      const stand = this.notStorable(
-        key,
-        `the response is ${Buffer.byteLength(result)} bytes, over what the records table's result column holds`,
-      );
-      return this.write(() => sql.complete(key, token, stand, request.ttl));
-    }
-  }
-
-  /** Reports a result that can never be stored, once, and returns what is stored instead. */
-  private notStorable(key: string, reason: string): string {
-    this.listeners.emit({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
-    return unstorableResult(reason);
+    return this.write(() => sql.complete(key, token, result, request.ttl));
   }
 
   async release(key: string, token: string): Promise<boolean> {

@@ -15,13 +15,7 @@ import { configurationErrorOf, isConnectionLoss, sqlStateOf, transientLockErrorO
 import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { serverRecordSql, type RecordSql } from './record-sql.js';
-import {
-  completedResultOf,
-  knownMysqlResultCapacity,
-  mysqlResultCapacityOf,
-  unstorableResult,
-  unstorableResultReason,
-} from './result-capacity.js';
+import { completedResultOf, storableMysqlResult } from './result-capacity.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
@@ -274,7 +268,18 @@ async function attempt<T>(
         trace.work = { error };
         throw error;
       }
-      const result = sql.dialect === 'mysql' ? await storableMysqlResult(runner, path, request.key, outcome.result) : outcome.result;
+      // MySQL family: a result the table cannot take would roll the work back on every retry.
+      const result =
+        sql.dialect === 'mysql'
+          ? await storableMysqlResult(
+              dataSourceOf(runner),
+              sql.table,
+              request.key,
+              outcome.result,
+              (event) => path.onEvent?.(event),
+              (text, params) => runner.query(text, params),
+            )
+          : outcome.result;
       const finished = await executor.runOn(runner, sql.finish(request.key, result, request.ttl));
       if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
       open = false;
@@ -430,22 +435,4 @@ async function guardRecordStatement<R>(
     if ((code === '40001' || code === '40P01') && !nested) return 'restart';
     throw error;
   }
-}
-
-/**
- * MySQL family: the result to finish the record with. One the table or the server can never
- * take (over the `result` column, or over `max_allowed_packet`, which would also close the
- * connection) would roll the work back with the record, on every retry; the work commits
- * instead, with an outcome that says the response is not storable (duplicates get a
- * not-replayable error), reported once.
- */
-async function storableMysqlResult(runner: QueryRunner, path: RecordPath, key: string, result: string): Promise<string> {
-  const dataSource = dataSourceOf(runner);
-  const capacity =
-    knownMysqlResultCapacity(dataSource, path.sql.table) ??
-    (await mysqlResultCapacityOf(dataSource, path.sql.table, (sql, params) => runner.query(sql, params)));
-  const reason = unstorableResultReason(result, capacity);
-  if (!reason) return result;
-  path.onEvent?.({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
-  return unstorableResult(reason);
 }
