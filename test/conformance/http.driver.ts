@@ -1,52 +1,38 @@
-import {
-  Body,
-  ClassSerializerInterceptor,
-  Controller,
-  HttpException,
-  Injectable,
-  Module,
-  Post,
-  Put,
-  Req,
-  UploadedFile,
-  UseInterceptors,
-  type CallHandler,
-  type CanActivate,
-  type ExecutionContext,
-  type INestApplication,
-  type NestInterceptor,
-  type Type,
-} from '@nestjs/common';
+import { ClassSerializerInterceptor, Module, type INestApplication } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
-import { FileInterceptor } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { Exclude, Expose } from 'class-transformer';
-import { randomUUID } from 'node:crypto';
-import { map, type Observable } from 'rxjs';
-import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
-import type Redis from 'ioredis';
-import { RedisIdempotencyStore } from '../../lib/redis/index.js';
-import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
+import { IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
-import { entryId } from './drivers.js';
 import {
   CONFIGURATION,
   Hold,
   IN_FLIGHT,
-  UNREADABLE,
   KEY_MISSING,
   MISMATCH,
   type Answer,
   type ConformanceDriver,
   type ReplayCase,
 } from './conformance.js';
+import { entryId } from './drivers.js';
+import {
+  RedisRecords,
+  ROUTES,
+  SECRET_HASH,
+  SECRET_KEY,
+  SECRET_NOTE,
+  UserFromHeaderGuard,
+  controllers,
+  versionedModule,
+  type Platform,
+} from './http-app.js';
+
+export type { Platform };
 
 /**
  * HTTP on Express and Fastify, over real HTTP (fetch), so that "what the caller saw" is
  * the status, the headers and the body's bytes. Nest's ClassSerializerInterceptor is
  * registered globally (APP_INTERCEPTOR), and `x-user` becomes `request.user`.
  */
-export type Platform = 'express' | 'fastify';
 
 export interface HttpInput {
   readonly body?: Record<string, unknown>;
@@ -61,159 +47,6 @@ export interface HttpSeen {
   readonly bytes: Buffer;
 }
 
-const SECRET_HASH = `pbkdf2$conformance$${randomUUID()}`;
-const SECRET_KEY = `sk_live_conformance_${randomUUID().replace(/-/g, '')}`;
-const SECRET_NOTE = `internal-note-${randomUUID()}`;
-
-/** A class whose secrets Nest's ClassSerializerInterceptor leaves out of the answer. */
-export class Account {
-  id!: string;
-  run!: number;
-  @Exclude()
-  passwordHash!: string;
-  @Exclude()
-  apiKey!: string;
-  constructor(values: Partial<Account>) {
-    Object.assign(this, values);
-  }
-  @Expose()
-  get displayName(): string {
-    return `account ${this.id} (run ${this.run})`;
-  }
-}
-
-/** Test authentication: `x-user: alice` becomes `request.user = { id: 'alice' }`; `x-user: !` a user without an id. */
-@Injectable()
-class UserFromHeaderGuard implements CanActivate {
-  canActivate(context: ExecutionContext): boolean {
-    const request = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined>; user?: unknown }>();
-    const user = request.headers['x-user'];
-    if (user === UNREADABLE) request.user = { name: 'no id' };
-    else if (user) request.user = { id: user };
-    return true;
-  }
-}
-
-/** A user's response-mapping interceptor: wraps answers and drops an internal field. */
-@Injectable()
-class EnvelopeInterceptor implements NestInterceptor {
-  intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    return next.handle().pipe(
-      map((value) => {
-        const { internalNote: _dropped, ...rest } = value as Record<string, unknown>;
-        return { data: rest, envelope: 'v1' };
-      }),
-    );
-  }
-}
-
-function answer(effects: Effects, operation: string, request: { user?: { id?: string } }, body: unknown): Answer & { body: unknown } {
-  return { operation, principal: request.user?.id, run: effects.hit(operation), body };
-}
-
-function controllers(effects: Effects, platform: Platform, held: Hold): Type<unknown>[] {
-  @Controller('conf')
-  class ConformanceController {
-    @Post('refunds')
-    @Idempotent()
-    postRefund(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
-      return answer(effects, 'POST /conf/refunds', request, body);
-    }
-
-    @Put('refunds')
-    @Idempotent()
-    putRefund(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
-      return answer(effects, 'PUT /conf/refunds', request, body);
-    }
-
-    @Post('credits')
-    @Idempotent()
-    credit(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
-      return answer(effects, 'POST /conf/credits', request, body);
-    }
-
-    @Post('held')
-    @Idempotent()
-    async held(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
-      const value = answer(effects, 'POST /conf/held', request, body);
-      await held.gate;
-      return value;
-    }
-
-    @Post('declines')
-    @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
-    decline() {
-      throw new HttpException({ message: 'card declined', run: effects.hit('POST /conf/declines') }, 402);
-    }
-
-    @Post('account')
-    @Idempotent()
-    account() {
-      const run = effects.hit('POST /conf/account');
-      return new Account({ id: 'acct_1', run, passwordHash: SECRET_HASH, apiKey: SECRET_KEY });
-    }
-
-    @Post('mapped')
-    @UseInterceptors(EnvelopeInterceptor)
-    @Idempotent()
-    mapped() {
-      return { id: 'm_1', run: effects.hit('POST /conf/mapped'), internalNote: SECRET_NOTE };
-    }
-  }
-
-  const list: Type<unknown>[] = [ConformanceController];
-  if (platform === 'express') {
-    // Multer is what @nestjs/platform-express uploads with (Fastify needs @fastify/multipart, not installed here).
-    @Controller('conf')
-    class UploadController {
-      @Post('uploads')
-      @UseInterceptors(FileInterceptor('file'))
-      @Idempotent()
-      upload(
-        @Req() request: { user?: { id?: string } },
-        @Body() body: unknown,
-        @UploadedFile() file: { originalname: string; size: number },
-      ) {
-        return answer(effects, 'POST /conf/uploads', request, { body, file: { name: file?.originalname, size: file?.size } });
-      }
-    }
-    list.push(UploadController);
-  }
-  return list;
-}
-
-/** Two controllers named RefundsController, one per feature module, at their own paths. */
-function versionedModule(effects: Effects, version: string): Type<unknown> {
-  @Controller(`conf/${version}/items`)
-  class RefundsController {
-    @Post()
-    @Idempotent()
-    create(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
-      return answer(effects, `POST /conf/${version}/items`, request, body);
-    }
-  }
-  @Module({ controllers: [RefundsController] })
-  class FeatureModule {}
-  return FeatureModule;
-}
-
-const ROUTES: Record<string, { method: string; path: string }> = {};
-for (const operation of [
-  'POST /conf/refunds',
-  'PUT /conf/refunds',
-  'POST /conf/credits',
-  'POST /conf/account',
-  'POST /conf/held',
-  'POST /conf/declines',
-  'POST /conf/mapped',
-  'POST /conf/uploads',
-  'POST /conf/v1/items',
-  'POST /conf/v2/items',
-]) {
-  const [method, path] = operation.split(' ');
-  ROUTES[operation] = { method, path };
-}
-
 function text(seen: HttpSeen): string {
   return `${seen.status} ${seen.headers['content-type'] ?? ''} ${seen.bytes.toString('utf8').slice(0, 400)}`;
 }
@@ -223,37 +56,6 @@ function json(seen: HttpSeen): Record<string, unknown> {
     return JSON.parse(seen.bytes.toString('utf8')) as Record<string, unknown>;
   } catch {
     throw new Error(`expected a JSON body, the caller got ${text(seen)}`);
-  }
-}
-
-/** A RedisIdempotencyStore under a prefix of this run, and every record under it, as Redis holds it. */
-class RedisRecords {
-  private constructor(
-    private readonly client: Redis,
-    readonly store: RedisIdempotencyStore,
-    private readonly prefix: string,
-  ) {}
-
-  static async open(): Promise<RedisRecords> {
-    const client = redisClient();
-    const prefix = `${runPrefix('conformance-http')}:`;
-    return new RedisRecords(client, new RedisIdempotencyStore(client, { prefix }), prefix);
-  }
-
-  async records(): Promise<string[]> {
-    const records: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, keys] = await this.client.scan(cursor, 'MATCH', `${this.prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      for (const key of keys) records.push(JSON.stringify(await this.client.hgetall(key)));
-    } while (cursor !== '0');
-    return records;
-  }
-
-  async close(): Promise<void> {
-    await deleteKeys(this.client, this.prefix);
-    this.client.disconnect();
   }
 }
 
