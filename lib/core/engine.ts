@@ -30,9 +30,12 @@ const FIRST_POLL_MS = 20;
 const MAX_POLL_MS = 250;
 
 /**
- * The claim / complete / release protocol (docs/concepts.md), once, for every transport.
- * Stateless apart from the in-process wake-up list, so one instance can serve a
- * whole application.
+ * The claim / complete / release protocol (docs/concepts.md), once, for every transport:
+ * what to do with a request (run the handler under a lease, replay, refuse, wait, or run
+ * unprotected through an outage). Its state is process-local and shared by every key
+ * (the wake-up list of running keys, the claims whose undo is unconfirmed, the renewal
+ * queues), so one instance can serve a whole application. The lease and its writes are
+ * in lease.ts.
  */
 export class IdempotencyEngine implements LeaseOwner {
   /**

@@ -20,7 +20,7 @@ export interface LeaseOwner {
  * comes first (later calls do nothing).
  */
 export class Lease implements TimerQueueItem {
-  /** @internal When the next renewal is due (`performance.now()` ms), while the lease is on its schedule. */
+  /** @internal When the next renewal is due (`performance.now()` ms), while the lease is in its renewal queue. */
   dueAt = 0;
   private readonly renewals: TimerQueue<Lease>;
   private settled = false;

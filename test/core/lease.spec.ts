@@ -207,7 +207,7 @@ describe('Lease renewals (memory store, fake clock)', () => {
     expect(record?.status === 'in_progress' && record.leaseExpiresAt).toBeGreaterThan(Date.now());
     await expect(setup(store).engine.admit({ key }, run.policy({ leaseTtl: 300 }))).rejects.toBeInstanceOf(IdempotencyInFlightError);
     await lease.complete(valueOutcome(1, 'json'));
-    // Settled: its renewal is off the schedule, and the schedule's timer is gone with it.
+    // Settled: its renewal left the queue, and the queue's timer is gone with it.
     expect(jest.getTimerCount()).toBe(0);
   });
 

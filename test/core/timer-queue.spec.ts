@@ -124,7 +124,7 @@ describe('TimerQueue', () => {
         50,
         (due) => {
           fired.push(due.name);
-          // A renewal that finds the lease lost takes it off the schedule.
+          // A renewal that finds the lease lost takes it out of the queue.
           if (due.name === 'lost') queue.delete(due);
         },
         true,
