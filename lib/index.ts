@@ -11,10 +11,11 @@ export { IdempotencyModule } from './nest/idempotency.module.js';
 export { IdempotencyService, type RunOptions, type RecordLocator, type StoredResponse } from './nest/idempotency.service.js';
 export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
 export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
-export type { IdempotentOptions, IdempotencyModuleOptions } from './nest/idempotency.options.js';
+export type { IdempotentOptions } from './nest/idempotency.options.js';
+export type { IdempotencyModuleOptions } from './nest/idempotency.module-options.js';
 export type { IdempotentMethodOptions } from './nest/method-options.js';
 export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.adapter.js';
-export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/rpc/rpc-error.js';
+export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/transports/rpc/rpc-error.js';
 
 // Stores: the contract for your own, and the embedded default.
 export { IdempotencyStore, type ClaimRequest, type CompleteRequest } from './core/store.js';

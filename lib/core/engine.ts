@@ -10,6 +10,7 @@ import {
 import { checkExecutionPolicy, emitExecutionEvent as emit, type ExecutionPolicy, type ExecutionRequest } from './execution.js';
 import { Lease, type LeaseOwner } from './lease.js';
 import { OrphanClaims } from './orphan-claims.js';
+import { isResolvedPolicy } from './policy.js';
 import { decodeError, decodeValue, encodeError, deserializeOutcome, valueOutcome, type StoredOutcome } from './outcome.js';
 import { TimerQueue } from './timer-queue.js';
 
@@ -60,8 +61,9 @@ export class IdempotencyEngine implements LeaseOwner {
    * `IdempotencyStoreUnavailableError`.
    */
   async admit(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
+    // A policy from resolvePolicy() was checked once, when it was resolved; only one built by hand is checked here.
     // A constant owner: a name built per call would cost an allocation on every request.
-    checkExecutionPolicy('IdempotencyEngine', policy);
+    if (!isResolvedPolicy(policy)) checkExecutionPolicy('IdempotencyEngine', policy);
     const startedAt = Date.now();
     const deadline = startedAt + policy.waitTimeout;
     let pollDelay = FIRST_POLL_MS;

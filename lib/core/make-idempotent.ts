@@ -3,9 +3,8 @@ import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
 import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
-import { checkWholeNumber } from './options.js';
+import { checkPolicyNumbers, ENGINE_NUMBER_RULES, resolvePolicy } from './policy.js';
 import type { IdempotencyStore } from './store.js';
-import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 
 /** Options of `makeIdempotent`: the store, how to derive the key, and the execution policy. */
 export interface MakeIdempotentOptions<A extends unknown[]> {
@@ -48,6 +47,9 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
   engine?: IdempotencyEngine;
 }
 
+/** `makeIdempotent` words the size of a result `maxResultBytes`. */
+const MAKE_IDEMPOTENT_RULES = { ...ENGINE_NUMBER_RULES, bytesName: 'maxResultBytes' };
+
 /** The function `makeIdempotent` returns: the wrapped function, run once per key. */
 export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise<Awaited<R>>;
 
@@ -80,24 +82,10 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
       'Pass { scope: "charge-order" } so its keys do not collide with other wrapped functions.',
     );
   }
-  const owner = `makeIdempotent(${scope})`;
-  checkWholeNumber(owner, 'ttl', options.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
-  checkWholeNumber(owner, 'leaseTtl', options.leaseTtl, { unit: 'ms', example: '30_000' });
-  checkWholeNumber(owner, 'waitTimeout', options.waitTimeout, { unit: 'ms', min: 0, example: '10_000' });
-  checkWholeNumber(owner, 'maxResultBytes', options.maxResultBytes, { example: '1_048_576' });
+  const own = { ...options, maxResponseBytes: options.maxResultBytes };
+  checkPolicyNumbers(`makeIdempotent(${scope})`, own, MAKE_IDEMPOTENT_RULES);
   const engine = options.engine ?? new IdempotencyEngine();
-  const policy = {
-    store: options.store,
-    ttl: options.ttl ?? DEFAULT_TTL,
-    leaseTtl: options.leaseTtl ?? DEFAULT_LEASE_TTL,
-    inFlight: options.inFlight ?? 'wait',
-    waitTimeout: options.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
-    cacheErrors: options.cacheErrors,
-    onStoreError: options.onStoreError ?? 'fail-closed',
-    maxResponseBytes: options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-    onEvent: options.onEvent,
-    handler: scope,
-  } as const;
+  const policy = resolvePolicy(scope, own, { store: options.store, onEvent: options.onEvent });
   const fingerprint = options.fingerprint;
   const scopeTag = 'fn:' + scope;
 

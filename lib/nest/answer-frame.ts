@@ -1,5 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { Lease } from '../core/engine.js';
 import type { IdempotencyHooks } from './idempotency-hooks.js';
+import { NO_REPLY, type ResolvedHandlerConfig } from './transport.adapter.js';
 
 /**
  * How the outermost layer settles an execution whose handler has ended: with the answer
@@ -82,4 +84,44 @@ function carrierOf(context: ExecutionContext): object | undefined {
   if (!args) return undefined;
   const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
   return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
+}
+
+/**
+ * How the outermost layer settles a lease whose handler has ended: the chain's answer is
+ * stored as the answer. An error the chain ends in is stored as the answer when the
+ * handler's own error was one `cacheErrors` selected; after a handler that succeeded it
+ * makes the execution not replayable instead (its effect happened, but what its caller
+ * got is not its answer), so that no retry runs it a second time.
+ */
+export function pendingUnderLease(
+  context: ExecutionContext,
+  config: ResolvedHandlerConfig,
+  lease: Lease,
+  handlerFailed: boolean,
+): PendingAnswer {
+  const adapter = config.adapter;
+  const settle = async (stored: Promise<void>) => {
+    await stored;
+    if (adapter.settle) await adapter.settle(context, config, 'stored');
+  };
+  return {
+    value: (answer) => settle(lease.complete(adapter.captureValue(context, answer === NO_REPLY ? undefined : answer, config))),
+    error: (failure) =>
+      settle(
+        handlerFailed
+          ? lease.fail(failure, adapter.captureError(context, failure, config))
+          : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeFailure(failure)})` }),
+      ),
+    cancel: () => abandonLease(context, config, lease),
+  };
+}
+
+/** The caller went away: the key stays leased until its lease runs out, and the transport hears it (a message is left unacked). */
+export function abandonLease(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease): void {
+  lease.abandon();
+  void config.adapter.settle?.(context, config, 'abandoned');
+}
+
+function describeFailure(failure: unknown): string {
+  return failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
 }

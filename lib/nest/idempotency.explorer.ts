@@ -1,14 +1,13 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { IdempotencyConfigurationError, isIdempotencyError, type IdempotencyStore } from '../core/index.js';
+import { resolveHandlerConfig, validateModuleOptions } from './handler-config.js';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './idempotency.options.js';
-import { IdempotencyService } from './idempotency.service.js';
-import { mergeHandlerOptions, validateIdempotentOptions, type HandlerTransport } from './idempotency.validation.js';
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
+import { IdempotencyService } from './idempotency.service.js';
 import { RUNTIME_PROPERTY } from './internal.js';
-import { declaredHttpMethodOf, declaredTransportOf, isMessageHandler } from './operation.js';
-import { resolveMethodConfig, scheduleAdapter, staticMethodError, targetOf } from './method-runner.js';
+import { staticMethodError } from './method-runner.js';
 import type { IdempotentMethodOptions } from './method-options.js';
 import { MethodScopes } from './method-scope.js';
 import {
@@ -19,8 +18,9 @@ import {
   sampleInstanceOf,
   type ProviderWrapper,
 } from './provider-instances.js';
-import type { SchedulerRegistryLike } from './schedule.adapter.js';
-import { graphqlResolverKindOf } from './graphql-resolver.js';
+import type { MethodHandlerConfig } from './transports/method/method.adapter.js';
+import { transportFor } from './transports/registry.js';
+import type { Transport } from './transports/transport.js';
 
 /**
  * Finds every `@Idempotent()` handler when the application initialises and checks its
@@ -41,20 +41,15 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   ) {}
 
   async onModuleInit(): Promise<void> {
-    const where = 'IdempotencyModule.forRoot()';
     try {
-      validateIdempotentOptions(where, mergeHandlerOptions(this.service.options, {}), {
-        store: this.service.store,
-        transport: 'unknown',
-        own: {},
-      });
+      validateModuleOptions(this.service);
     } catch (error) {
-      throw this.report(where, error);
+      throw this.report('IdempotencyModule.forRoot()', error);
     }
     const stores = new Set<IdempotencyStore>([this.service.store]);
     // Per boot of this application: two applications in one process never see each other's methods here.
     const scopes = new MethodScopes();
-    let hasCronJobs = false;
+    const served = new Set<Transport>();
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()] as ProviderWrapper[]) {
       // A useExisting alias hands out the instance of the provider it names, which is checked itself.
       if (wrapper.isAlias) continue;
@@ -71,43 +66,28 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       // Request-scoped and transient providers are one provider however many instances they make.
       const provider = wrapper.isTransient || !wrapper.isDependencyTreeStatic() ? wrapper : sample;
       for (const { name, method, options } of methods) {
-        const handler = `${owner.name}.${name}`;
-        const transport = transportOf(method);
-        if (transport === 'unknown') {
-          // A method without a request: a provider method, an event listener, a BullMQ processor, a schedule.
-          const target = targetOf(method, owner, name);
-          try {
-            const config = resolveMethodConfig(target, options, this.service);
-            stores.add(config.policy.store);
-            scopes.add({
-              operation: config.operation,
-              explicit: (options as IdempotentMethodOptions).scope !== undefined,
-              namedByClass: target.namedByClass,
-              handler: method,
-              owner,
-              handlerName: handler,
-              provider,
-              providerName: describeProvider(wrapper),
-            });
-          } catch (error) {
-            throw this.report(handler, error);
-          }
-          hasCronJobs ||= target.kind === 'cron';
-          continue;
-        }
-        const merged = mergeHandlerOptions(this.service.options, options);
-        const store = merged.store ?? this.service.store;
+        const site = { method, owner, propertyName: name, handlerName: `${owner.name}.${name}` };
+        const transport = transportFor(site);
+        let config;
         try {
-          validateIdempotentOptions(`@Idempotent() on ${handler}`, merged, {
-            store,
-            transport,
-            messageTransport: declaredTransportOf(method),
-            own: options,
-          });
+          config = resolveHandlerConfig(this.service, transport, site, options);
         } catch (error) {
-          throw this.report(handler, error);
+          throw this.report(site.handlerName, error);
         }
-        stores.add(store);
+        served.add(transport);
+        stores.add(config.policy.store);
+        if (transport.reach !== 'method') continue;
+        // A method without a request: a provider method, an event listener, a BullMQ processor, a schedule.
+        scopes.add({
+          operation: (config as MethodHandlerConfig).operation,
+          explicit: (options as IdempotentMethodOptions).scope !== undefined,
+          namedByClass: (config as MethodHandlerConfig).target.namedByClass,
+          handler: method,
+          owner,
+          handlerName: site.handlerName,
+          provider,
+          providerName: describeProvider(wrapper),
+        });
       }
     }
     try {
@@ -115,7 +95,10 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     } catch (error) {
       throw this.report('IdempotencyModule', error);
     }
-    if (hasCronJobs) this.findSchedulerRegistry();
+    if ([...served].some((transport) => transport.boot)) {
+      const instances = this.discovery.getProviders().map((wrapper) => wrapper.instance as unknown);
+      for (const transport of served) transport.boot?.(instances);
+    }
     for (const store of stores) {
       this.service.watchStore(store);
       await this.verify(store);
@@ -185,17 +168,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     }
   }
 
-  /** The application's SchedulerRegistry (@nestjs/schedule), through which a @Cron() tick's scheduled time is read. */
-  private findSchedulerRegistry(): void {
-    for (const wrapper of this.discovery.getProviders()) {
-      const candidate = wrapper.instance as (Partial<SchedulerRegistryLike> & { addCronJob?: unknown }) | undefined;
-      if (candidate && typeof candidate.getCronJobs === 'function' && typeof candidate.addCronJob === 'function') {
-        scheduleAdapter.useRegistry(candidate as SchedulerRegistryLike);
-        return;
-      }
-    }
-  }
-
   /** A store that can never work stops the boot; one that is only unreachable now is logged (requests get 503 until it answers). */
   private async verify(store: IdempotencyStore): Promise<void> {
     if (typeof store.verify !== 'function') return;
@@ -214,13 +186,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     if (isIdempotencyError(error)) this.service.reportConfigurationError(where, error);
     return error;
   }
-}
-
-function transportOf(method: Function): HandlerTransport {
-  if (declaredHttpMethodOf(method) !== undefined) return 'http';
-  if (isMessageHandler(method)) return 'message';
-  // Mutations are served; queries, subscriptions and field resolvers are refused by validation.
-  return graphqlResolverKindOf(method) ?? 'unknown';
 }
 
 function notImported(handler: string, wrapper: ProviderWrapper): IdempotencyConfigurationError {

@@ -1,6 +1,6 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
-import type { IdempotencyModuleOptions } from './idempotency.options.js';
+import type { IdempotencyModuleOptions } from './idempotency.module-options.js';
 
 export const {
   ConfigurableModuleClass: ConfigurableIdempotencyModule,

@@ -2,45 +2,30 @@ import type { ExecutionContext } from '@nestjs/common';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
 import { type ExecutionRequest, type Lease } from '../core/engine.js';
-import {
-  IdempotencyConfigurationError,
-  IdempotencyErrorCode,
-  IdempotencyKeyMissingError,
-  IdempotencyStoreUnavailableError,
-  isIdempotencyError,
-  type IdempotencyError,
-} from '../core/errors.js';
+import { IdempotencyErrorCode, IdempotencyKeyMissingError, isIdempotencyError, type IdempotencyError } from '../core/errors.js';
 import { fingerprintOf, storageKeyOf } from '../core/hash.js';
 import { normalizeIdempotencyKey } from '../core/key.js';
-import { deserializeOutcome, serializeOutcome, type StoredOutcome } from '../core/outcome.js';
-import { isTransactionalStore } from '../core/store.js';
+import type { StoredOutcome } from '../core/outcome.js';
 import { EMPTY } from 'rxjs';
-import { frameOf, type AnswerFrame, type PendingAnswer } from './answer-frame.js';
+import { abandonLease, frameOf, pendingUnderLease, type AnswerFrame } from './answer-frame.js';
+import { HandlerConfigs, resolveHandlerConfig } from './handler-config.js';
 import type { HandlerCall } from './handler-call.js';
 import { DirectHandlerCall } from './handler-call.js';
 import type { IdempotencyHooks } from './idempotency-hooks.js';
-import { GraphqlTransportAdapter, graphqlOperationOf } from './graphql.adapter.js';
-import { DEFAULT_REPLAY_HEADERS, HttpTransportAdapter } from './http.adapter.js';
 import type { IdempotentOptions } from './idempotency.options.js';
-import { scopeOf, type IdempotencyService } from './idempotency.service.js';
-import { mergeHandlerOptions, validateIdempotentOptions } from './idempotency.validation.js';
-import { MethodExecutionContext } from './method-context.js';
-import { operationOf } from './operation.js';
+import type { IdempotencyService } from './idempotency.service.js';
+import { scopeOf } from './operation.js';
 import { principalOf } from './principal.js';
-import { RpcTransportAdapter } from './rpc.adapter.js';
+import { runTransactional, type ProtocolSteps } from './transactional-run.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
+import { requestTransports, TRANSPORTS } from './transports/registry.js';
+import type { Transport } from './transports/transport.js';
 import { refuseUnconfigured } from './unconfigured.js';
 
 type Principal = string | number | undefined | null;
 
 /** What the protocol needs of a request; `undefined` when it runs unprotected (no key, `required: false`). */
 type Prepared = ExecutionRequest | undefined;
-
-/**
- * Chosen for the engine's policy when `cacheErrors` is set: the runtime asks the user's
- * `cacheErrors` once per failure and calls `lease.fail()` only for the errors it selects.
- */
-const SELECTED_BY_RUNTIME = (): boolean => true;
 
 /**
  * The idempotency protocol of `@Idempotent()` handlers (prepare the key, admit, run,
@@ -70,12 +55,16 @@ const SELECTED_BY_RUNTIME = (): boolean => true;
 export class IdempotencyRuntime {
   /** @internal the hooks as the protocol calls them (an interceptor subclass may bring its own) */
   readonly hooks: IdempotencyHooks;
-  protected readonly adapters: Record<string, TransportAdapter> = {
-    http: new HttpTransportAdapter(),
-    rpc: new RpcTransportAdapter(),
-    graphql: new GraphqlTransportAdapter(),
+  /** The transports Nest reaches with a request, by context type (see transports/registry.ts). */
+  protected readonly adapters: Record<string, TransportAdapter> = requestTransports();
+  /** @internal every handler's config, resolved once (see `resolveHandlerConfig`) */
+  readonly configs = new HandlerConfigs();
+  /** What the transactional path calls back into (see transactional-run.ts). */
+  private readonly steps: ProtocolSteps = {
+    handlerFailed: (context, config, call, error) => this.handlerFailed(context, config, call, error),
+    transportErrorOf: (context, config, error) => this.transportErrorOf(context, config, error),
+    replay: (context, config, outcome, call, frame) => this.replay(context, config, outcome, call, frame),
   };
-  private readonly configs = new WeakMap<Function, Map<string, ResolvedHandlerConfig>>();
 
   constructor(
     /** @internal the module's store, engine and options */
@@ -85,6 +74,7 @@ export class IdempotencyRuntime {
     // itself, with no forwarding call per request (TypeScript cannot name protected
     // members in an interface, hence the cast).
     this.hooks = this as unknown as IdempotencyHooks;
+    for (const transport of TRANSPORTS) transport.attach?.();
   }
 
   /** The client key of this request, before validation. Override to read keys your own way. */
@@ -98,9 +88,7 @@ export class IdempotencyRuntime {
    * path (see docs/concepts.md, docs/graphql.md). Keys of two operations never meet.
    */
   protected resolveOperation(context: ExecutionContext, _config: ResolvedHandlerConfig): string {
-    // Provider methods, jobs, events and schedules carry theirs (`method RefundService.refund`, `bullmq refunds`).
-    if (context instanceof MethodExecutionContext) return context.operation;
-    return context.getType<string>() === 'graphql' ? graphqlOperationOf(context) : operationOf(context);
+    return (_config.adapter as Transport).operationOf(context, _config);
   }
 
   /** The principal part of the scope. Override to scope by tenant, API client, ... */
@@ -144,18 +132,18 @@ export class IdempotencyRuntime {
     if (this.service.options.enabled === false) return undefined;
     const handler = context.getHandler();
     const type = context.getType();
-    let byType = this.configs.get(handler);
-    let config = byType?.get(type);
+    let config = this.configs.get(handler, type);
     if (config) return config;
     const adapter = this.adapters[type];
     if (!adapter) return undefined;
+    const owner = context.getClass();
+    const site = { method: handler, owner, propertyName: handler.name, handlerName: `${owner.name}.${handler.name}` };
     try {
-      config = resolveConfig(`${context.getClass().name}.${handler.name}`, options, this.service, adapter);
+      config = resolveHandlerConfig(this.service, adapter as Transport, site, options);
     } catch (error) {
       throw refuseUnconfigured(context, adapter, error, this.service);
     }
-    if (!byType) this.configs.set(handler, (byType = new Map()));
-    byType.set(type, config);
+    this.configs.set(handler, type, config);
     return config;
   }
 
@@ -185,7 +173,7 @@ export class IdempotencyRuntime {
         throw error;
       }
       if (!request) return await this.runUnprotected(context, config, call);
-      if (config.options.transactional) return await this.runTransactional(context, config, request, call, frame);
+      if (config.options.transactional) return await runTransactional(this.steps, context, config, request, call, frame);
       const admission = await this.service.engine.admit(request, config.policy);
       switch (admission.kind) {
         case 'replay':
@@ -202,11 +190,6 @@ export class IdempotencyRuntime {
       await adapter.settle?.(context, config, 'rejected', error);
       throw this.transportErrorOf(context, config, error);
     }
-  }
-
-  private abandon(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease): void {
-    lease.abandon();
-    void config.adapter.settle?.(context, config, 'abandoned');
   }
 
   /**
@@ -297,7 +280,7 @@ export class IdempotencyRuntime {
     if (call.cancelled || frame?.cancelled) {
       // The caller left between the claim and the handler: the handler never ran, but
       // the key is claimed; abandon it like any cancellation (the lease runs out).
-      this.abandon(context, config, lease);
+      abandonLease(context, config, lease);
       return call.noReply;
     }
     let value: unknown;
@@ -307,7 +290,7 @@ export class IdempotencyRuntime {
       frame.onCancel = () => {
         abandoned = true;
         call.stop?.();
-        this.abandon(context, config, lease);
+        abandonLease(context, config, lease);
       };
     }
     try {
@@ -319,7 +302,7 @@ export class IdempotencyRuntime {
       const cached = Boolean(config.options.cacheErrors?.(error));
       if (cached && frame) {
         // The error the caller gets is the one the chain ends in: stored from there.
-        frame.pending = this.pendingUnderLease(context, config, lease, true);
+        frame.pending = pendingUnderLease(context, config, lease, true);
         throw answer;
       }
       try {
@@ -334,132 +317,13 @@ export class IdempotencyRuntime {
     }
     if (frame) {
       frame.onCancel = undefined;
-      if (!abandoned) frame.pending = this.pendingUnderLease(context, config, lease, false);
+      if (!abandoned) frame.pending = pendingUnderLease(context, config, lease, false);
       return value;
     }
     await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));
     // Not `await adapter.settle?.()`: awaiting nothing still costs every HTTP request a tick.
     if (adapter.settle) await adapter.settle(context, config, 'stored');
     return value;
-  }
-
-  /**
-   * How the outermost layer settles a lease whose handler has ended: the chain's answer is
-   * stored as the answer. An error the chain ends in is stored as the answer when the
-   * handler's own error was one `cacheErrors` selected; after a handler that succeeded it
-   * makes the execution not replayable instead (its effect happened, but what its caller
-   * got is not its answer), so that no retry runs it a second time.
-   */
-  private pendingUnderLease(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease, handlerFailed: boolean): PendingAnswer {
-    const adapter = config.adapter;
-    const settle = async (stored: Promise<void>) => {
-      await stored;
-      if (adapter.settle) await adapter.settle(context, config, 'stored');
-    };
-    return {
-      value: (answer) => settle(lease.complete(adapter.captureValue(context, answer === NO_REPLY ? undefined : answer, config))),
-      error: (failure) =>
-        settle(
-          handlerFailed
-            ? lease.fail(failure, adapter.captureError(context, failure, config))
-            : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeFailure(failure)})` }),
-        ),
-      cancel: () => this.abandon(context, config, lease),
-    };
-  }
-
-  /**
-   * Runs the handler in one transaction with its record. Under a frame the transaction
-   * stays open until the outermost layer has the chain's answer: the record holds that
-   * answer, and an error the chain ends in after the handler rolls both back.
-   */
-  private async runTransactional(
-    context: ExecutionContext,
-    config: ResolvedHandlerConfig,
-    request: ExecutionRequest,
-    call: HandlerCall,
-    frame: AnswerFrame | undefined,
-  ): Promise<unknown> {
-    const adapter = config.adapter;
-    const store = config.policy.store;
-    if (!isTransactionalStore(store)) {
-      throw new IdempotencyConfigurationError(
-        `${config.handlerName} uses @Idempotent({ transactional: true }) but its store has no transactions.`,
-        'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of the module.',
-      );
-    }
-    let handlerError: { error: unknown } | undefined;
-    const handedOver = frame ? new Deferred<{ value: unknown }>() : undefined;
-    const outer = frame ? new Deferred<{ answer: unknown } | { failure: unknown }>() : undefined;
-    const transaction = store.runTransactional({ key: request.key, fingerprint: request.fingerprint, ttl: config.policy.ttl }, async () => {
-      // The handler runs inside the transaction's async context, so it can reach the EntityManager.
-      let value: unknown;
-      try {
-        value = await call.run();
-      } catch (error) {
-        handlerError = { error };
-        throw error;
-      }
-      let answer = value;
-      if (handedOver && outer) {
-        handedOver.resolve({ value });
-        const settled = await outer.promise;
-        if ('failure' in settled) throw settled.failure;
-        answer = settled.answer;
-      }
-      return { value, result: serializeOutcome(adapter.captureValue(context, answer === NO_REPLY ? undefined : answer, config)) };
-    });
-    const failed = async (error: unknown): Promise<never> => {
-      if (handlerError?.error === error) {
-        // Rolled back with the handler's work: nothing is stored, whatever cacheErrors says.
-        const answer = await this.handlerFailed(context, config, call, error);
-        await adapter.settle?.(context, config, 'failed', error);
-        throw answer;
-      }
-      if (isIdempotencyError(error)) throw error;
-      // The transaction itself failed (connection lost, record statement or commit
-      // refused), so nothing committed and the client may retry (503).
-      throw new IdempotencyStoreUnavailableError(error);
-    };
-    let outcome;
-    try {
-      if (frame && handedOver && outer) {
-        const first = await Promise.race([handedOver.promise, transaction.then((done) => ({ done }))]);
-        if ('value' in first) {
-          transaction.catch(() => undefined); // awaited by the frame's settlement below
-          frame.pending = {
-            value: async (answer) => {
-              outer.resolve({ answer });
-              try {
-                await transaction;
-              } catch (error) {
-                throw this.transportErrorOf(context, config, new IdempotencyStoreUnavailableError(error));
-              }
-              if (adapter.settle) await adapter.settle(context, config, 'stored');
-            },
-            error: async (failure) => {
-              outer.resolve({ failure });
-              await transaction.catch(() => undefined);
-              await adapter.settle?.(context, config, 'failed', failure);
-            },
-            cancel: () => outer.resolve({ failure: new Error('the caller went away before the answer') }),
-          };
-          if (frame.cancelled) frame.pending.cancel();
-          return first.value;
-        }
-        outcome = first.done;
-      } else {
-        outcome = await transaction;
-      }
-    } catch (error) {
-      return failed(error);
-    }
-    if (outcome.kind === 'executed') {
-      if (adapter.settle) await adapter.settle(context, config, 'stored');
-      return outcome.value;
-    }
-    if (adapter.settle) await adapter.settle(context, config, 'replayed');
-    return this.replay(context, config, deserializeOutcome(outcome.result), call, frame);
   }
 
   /**
@@ -512,51 +376,6 @@ export class IdempotencyRuntime {
   }
 }
 
-/** A promise with its resolver at hand. */
-class Deferred<T> {
-  resolve!: (value: T) => void;
-  readonly promise = new Promise<T>((resolve) => (this.resolve = resolve));
-}
-
-function describeFailure(failure: unknown): string {
-  return failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
-}
-
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
-}
-
-/** The options of one handler merged over the module's, validated, with everything a request needs precomputed. */
-function resolveConfig(
-  handlerName: string,
-  handlerOptions: IdempotentOptions,
-  service: IdempotencyService,
-  adapter: TransportAdapter,
-): ResolvedHandlerConfig {
-  const options = mergeHandlerOptions(service.options, handlerOptions);
-  validateIdempotentOptions(`@Idempotent() on ${handlerName}`, options, {
-    store: options.store ?? service.store,
-    transport:
-      adapter instanceof HttpTransportAdapter ? 'http' : adapter instanceof GraphqlTransportAdapter ? 'graphql-mutation' : 'message',
-    own: handlerOptions,
-  });
-  const header = (options.header ?? 'Idempotency-Key').toLowerCase();
-  return {
-    handlerName,
-    options,
-    adapter,
-    required: options.required ?? true,
-    keyHeaders: header === 'x-idempotency-key' ? [header, 'idempotency-key'] : [header, 'x-idempotency-key'],
-    replayHeaders: new Set([...DEFAULT_REPLAY_HEADERS, ...(options.replayHeaders ?? []).map((h) => h.toLowerCase())]),
-    policy: service.policy(handlerName, {
-      store: options.store,
-      ttl: options.ttl,
-      leaseTtl: options.leaseTtl,
-      inFlight: options.inFlight ?? adapter.defaultInFlight,
-      waitTimeout: options.waitTimeout,
-      cacheErrors: options.cacheErrors ? SELECTED_BY_RUNTIME : undefined,
-      onStoreError: options.onStoreError,
-      maxResponseBytes: options.maxResponseBytes,
-    }),
-  };
 }

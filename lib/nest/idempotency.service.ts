@@ -1,9 +1,6 @@
 import { Inject, Injectable, Logger, Optional, type OnModuleDestroy } from '@nestjs/common';
+import { resolvePolicy, type PolicyDefaults, type PolicyOptions } from '../core/policy.js';
 import {
-  DEFAULT_LEASE_TTL,
-  DEFAULT_MAX_RESPONSE_BYTES,
-  DEFAULT_TTL,
-  DEFAULT_WAIT_TIMEOUT,
   IdempotencyEngine,
   decodeValue,
   deserializeOutcome,
@@ -21,7 +18,8 @@ import { combineListeners } from '../observability/combine-listeners.js';
 import { MemoryIdempotencyStore } from '../stores/memory.store.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
 import { IdempotencyLog } from './idempotency.logger.js';
-import type { IdempotencyModuleOptions } from './idempotency.options.js';
+import { scopeOf } from './operation.js';
+import type { IdempotencyModuleOptions } from './idempotency.module-options.js';
 
 /** Options of `IdempotencyService.run`, over the module's defaults. */
 export interface RunOptions {
@@ -73,10 +71,7 @@ export interface RecordLocator {
   principal?: string | number;
 }
 
-/** The scope string of an operation and principal; keys of different scopes never meet. */
-export function scopeOf(operation: string, principal?: string | number | null): string {
-  return principal === undefined || principal === null ? operation : operation + '\u0000' + String(principal);
-}
+export { scopeOf } from './operation.js';
 
 /**
  * Idempotency inside services, and the shared runtime behind `@Idempotent()`:
@@ -95,6 +90,8 @@ export class IdempotencyService implements OnModuleDestroy {
   private readonly onEvent: IdempotencyEventListener;
   /** Stores whose own events (evictions, background purges) reach `onEvent`, and how to stop listening. */
   private readonly watchedStores = new Map<IdempotencyStore, () => void>();
+  /** What every policy of this module inherits (see `policy()`). */
+  private readonly policyDefaults: PolicyDefaults;
   /** Every store this module uses (its own and the handlers'), closed once on shutdown. */
   private readonly knownStores = new Set<IdempotencyStore>();
 
@@ -105,6 +102,17 @@ export class IdempotencyService implements OnModuleDestroy {
     const onEvent = this.options.onEvent;
     this.onEvent = combineListeners(...(isListenerList(onEvent) ? onEvent : [onEvent]), this.log.listener);
     this.watchStore(this.store);
+    const { ttl, leaseTtl, waitTimeout, cacheErrors, onStoreError, maxResponseBytes } = this.options;
+    this.policyDefaults = {
+      store: this.store,
+      ttl,
+      leaseTtl,
+      waitTimeout,
+      cacheErrors,
+      onStoreError,
+      maxResponseBytes,
+      onEvent: this.onEvent,
+    };
   }
 
   /** @internal Routes a store's own events (memory evictions, purge failures) to this module's listeners and log. */
@@ -188,28 +196,13 @@ export class IdempotencyService implements OnModuleDestroy {
     return this.store.delete(this.locate(key, locator));
   }
 
-  /** @internal */
-  policy(
-    handler: string,
-    overrides: Partial<RunOptions> & {
-      store?: IdempotencyStore;
-      onStoreError?: ExecutionPolicy['onStoreError'];
-      maxResponseBytes?: number;
-    } = {},
-  ): ExecutionPolicy {
-    const o = this.options;
-    return {
-      store: overrides.store ?? this.store,
-      ttl: overrides.ttl ?? o.ttl ?? DEFAULT_TTL,
-      leaseTtl: overrides.leaseTtl ?? o.leaseTtl ?? DEFAULT_LEASE_TTL,
-      inFlight: overrides.inFlight ?? 'wait',
-      waitTimeout: overrides.waitTimeout ?? o.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
-      cacheErrors: overrides.cacheErrors ?? o.cacheErrors,
-      onStoreError: overrides.onStoreError ?? o.onStoreError ?? 'fail-closed',
-      maxResponseBytes: overrides.maxResponseBytes ?? o.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-      onEvent: this.onEvent,
-      handler,
-    };
+  /**
+   * @internal The policy of `run()` calls and of `@Idempotent()` handlers: their own
+   * options over the module's (`resolvePolicy`). `inFlight` is not inherited: each entry
+   * point passes its own default.
+   */
+  policy(handler: string, overrides: PolicyOptions = {}): ExecutionPolicy {
+    return resolvePolicy(handler, overrides, this.policyDefaults);
   }
 
   private locate(key: string, locator: RecordLocator): string {

@@ -6,63 +6,34 @@ import {
   type IdempotencyStore,
 } from '../core/index.js';
 import { checkWholeNumber, shown } from '../core/options.js';
-import type { GraphqlResolverKind } from './graphql-resolver.js';
-import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency.options.js';
+import { checkPolicyNumbers, type PolicyNumberRules } from '../core/policy.js';
+import type { IdempotentOptions } from './idempotency.options.js';
 
-/** Where a handler is served from, as far as boot can tell (GraphQL resolvers by kind: only mutations are served). */
-export type HandlerTransport = 'http' | 'message' | GraphqlResolverKind | 'unknown';
-
-/** Why `@Idempotent()` refuses each GraphQL resolver kind other than a mutation, and what to do instead. */
-const GRAPHQL_REFUSALS: Record<Exclude<GraphqlResolverKind, 'graphql-mutation'>, readonly [string, string]> = {
-  'graphql-query': [
-    'it is a GraphQL query (@Query()), and @Idempotent() protects GraphQL mutations only: a query changes nothing, so running it twice is harmless and needs no key.',
-    'Remove @Idempotent() from this query, and put it on the @Mutation() that makes the change.',
-  ],
-  'graphql-subscription': [
-    'it is a GraphQL subscription (@Subscription()), which delivers events and has no single result to store or replay.',
-    'Remove @Idempotent() from this subscription; protect the @Mutation() (or the provider method) that publishes the events instead.',
-  ],
-  'graphql-field': [
-    'it is a GraphQL field resolver (@ResolveField() or @ResolveReference()), which runs once per parent object of every query and mutation that selects the field.',
-    'Remove @Idempotent() from this field resolver, and put it on the @Mutation() resolver that performs the change.',
-  ],
-};
-
-const DURATIONS = ['ttl', 'leaseTtl', 'waitTimeout'] as const;
-const COUNTS = ['maxResponseBytes', 'maxDeliveries'] as const;
 const STORE_METHODS = ['claim', 'complete', 'release', 'renew', 'get', 'delete'] as const;
 const FUNCTION_OPTIONS = ['key', 'scope', 'cacheErrors'] as const;
 const BOOLEAN_OPTIONS = ['required', 'transactional', 'ack'] as const;
-const DURATION_EXAMPLES = { ttl: '24 * 60 * 60 * 1000', leaseTtl: '30_000', waitTimeout: '10_000' } as const;
+
+/** How `@Idempotent()` and `IdempotencyModule.forRoot()` word and bound their numbers. */
+const MODULE_NUMBER_RULES: PolicyNumberRules = { waitTimeoutMin: 1, bytesName: 'maxResponseBytes' };
 
 /**
- * Checks one handler's options (already merged over the module's) and throws an
+ * The rules every handler's options (already merged over the module's) follow, whatever
+ * its transport (each transport adds its own: `Transport.validate`): throws an
  * `IdempotencyConfigurationError` that starts with `where` (`@Idempotent() on
- * Class.method`, `IdempotencyModule.forRoot()`) and says how to fix it. Runs at boot for every
- * `@Idempotent()` handler, and again (cached) when a handler is first served.
+ * Class.method`, `IdempotencyModule.forRoot()`) and says how to fix it. `store` is the
+ * store the handler will use (its own, or the module's).
  */
 export function validateIdempotentOptions(
   where: string,
   options: IdempotentOptions & { maxDeliveries?: number },
-  context: {
-    /** The store the handler will use (its own, or the module's). */
-    readonly store: IdempotencyStore;
-    readonly transport: HandlerTransport;
-    /** For message handlers bound to one transport (`@MessagePattern(p, Transport.NATS)`): its name. */
-    readonly messageTransport?: string;
-    /** The options given on the handler itself, before the module's defaults. */
-    readonly own: IdempotentOptions;
-  },
+  store: IdempotencyStore,
 ): void {
   const fail = (problem: string, fix: string): never => {
     throw new IdempotencyConfigurationError(`${where}: ${problem}`, fix);
   };
-  if (context.transport.startsWith('graphql-') && context.transport !== 'graphql-mutation') {
-    fail(...GRAPHQL_REFUSALS[context.transport as keyof typeof GRAPHQL_REFUSALS]);
-  }
   // The library's one rule for durations and counts, so these read as they do everywhere else.
-  for (const name of DURATIONS) checkWholeNumber(where, name, options[name], { unit: 'ms', example: DURATION_EXAMPLES[name] });
-  for (const name of COUNTS) checkWholeNumber(where, name, options[name]);
+  checkPolicyNumbers(where, options, MODULE_NUMBER_RULES);
+  checkWholeNumber(where, 'maxDeliveries', options.maxDeliveries);
   for (const name of BOOLEAN_OPTIONS) {
     const value = options[name];
     if (value !== undefined && typeof value !== 'boolean')
@@ -105,9 +76,9 @@ export function validateIdempotentOptions(
   ) {
     fail('replayHeaders must be an array of header names.', "Pass replayHeaders: ['x-request-id'].");
   }
-  const store = options.store;
-  if (store !== undefined) {
-    const missing = STORE_METHODS.filter((method) => typeof (store as unknown as Record<string, unknown>)?.[method] !== 'function');
+  const own = options.store;
+  if (own !== undefined) {
+    const missing = STORE_METHODS.filter((method) => typeof (own as unknown as Record<string, unknown>)?.[method] !== 'function');
     if (missing.length > 0) {
       fail(
         `store is not an IdempotencyStore (it has no ${missing.join(', ')}).`,
@@ -115,40 +86,36 @@ export function validateIdempotentOptions(
       );
     }
   }
-  if (options.transactional === true && !isTransactionalStore(context.store)) {
+  if (options.transactional === true && !isTransactionalStore(store)) {
     fail(
       'transactional: true needs a store that writes records in your database transaction, and this store has none.',
       'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of IdempotencyModule.forRoot().',
     );
   }
-  // Judged on the handler's own options: a module-wide `ack: true` in a hybrid app is meant for its consumers.
-  if (context.own.ack === true && context.transport === 'http') {
-    fail(
-      'ack: true acknowledges broker messages, and this is an HTTP route.',
-      'Remove ack from this route; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
-    );
-  }
-  if (context.own.ack === true && context.transport === 'graphql-mutation') {
-    fail(
-      'ack: true acknowledges broker messages, and this is a GraphQL mutation.',
-      'Remove ack from this mutation; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
-    );
-  }
-  if (context.own.ack === true && context.messageTransport !== undefined && context.messageTransport !== 'RMQ') {
-    fail(
-      `ack: true needs a transport with manual acknowledgement, and this handler is bound to ${context.messageTransport}, which has none here.`,
-      'Remove ack from this handler; ack: true is for RabbitMQ consumers with noAck: false.',
-    );
-  }
 }
 
-/** A handler's options over the module's defaults (options the handler leaves undefined keep the module's). */
+/** The options of `IdempotencyModule.forRoot()` that are no handler's: never merged into one. */
+interface ModuleOnlyOptions {
+  readonly onEvent?: unknown;
+  readonly enabled?: unknown;
+  readonly logger?: unknown;
+  readonly runtime?: unknown;
+}
+
+/**
+ * A handler's options over the module's defaults (options the handler leaves undefined
+ * keep the module's), less the module's options named in `notInherited` (those of
+ * another transport's requests): the handler's own of those names are left out too.
+ */
 export function mergeHandlerOptions(
-  moduleOptions: Readonly<IdempotencyModuleOptions>,
+  moduleOptions: Readonly<IdempotentOptions & ModuleOnlyOptions>,
   handlerOptions: IdempotentOptions,
+  notInherited: readonly string[] = [],
 ): IdempotentOptions & Record<string, unknown> {
   const { onEvent: _onEvent, enabled: _enabled, logger: _logger, runtime: _runtime, ...moduleDefaults } = moduleOptions;
   const options: Record<string, unknown> = { ...moduleDefaults };
-  for (const [name, value] of Object.entries(handlerOptions)) if (value !== undefined) options[name] = value;
+  for (const name of notInherited) delete options[name];
+  for (const [name, value] of Object.entries(handlerOptions))
+    if (value !== undefined && !notInherited.includes(name)) options[name] = value;
   return options as IdempotentOptions & Record<string, unknown>;
 }

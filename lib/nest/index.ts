@@ -1,5 +1,6 @@
 export * from './idempotency.constants.js';
 export * from './idempotency.options.js';
+export * from './idempotency.module-options.js';
 export * from './method-options.js';
 export * from './idempotency.module.js';
 export * from './idempotent.decorator.js';
@@ -7,6 +8,6 @@ export * from './idempotency.interceptor.js';
 export { IdempotencyRuntime } from './idempotency.runtime.js';
 export * from './idempotency.service.js';
 export * from './transport.adapter.js';
-export * from './http.adapter.js';
-export * from './rpc.adapter.js';
+export * from './transports/http/http.adapter.js';
+export * from './transports/rpc/rpc.adapter.js';
 export * from './problem.js';

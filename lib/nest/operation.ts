@@ -124,6 +124,11 @@ function routeTemplateFromMetadata(context: ExecutionContext): string {
   );
 }
 
+/** The scope string of an operation and principal; keys of different scopes never meet. */
+export function scopeOf(operation: string, principal?: string | number | null): string {
+  return principal === undefined || principal === null ? operation : operation + '\u0000' + String(principal);
+}
+
 /** The HTTP method a handler is declared with (`POST`), from its metadata; undefined when it is no route. */
 export function declaredHttpMethodOf(handler: Function): string | undefined {
   if (Reflect.getMetadata(PATH_METADATA, handler) === undefined) return undefined;

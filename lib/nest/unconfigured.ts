@@ -1,10 +1,12 @@
 import { Logger, type ExecutionContext } from '@nestjs/common';
 import { IdempotencyConfigurationError, isIdempotencyError, type IdempotencyError } from '../core/index.js';
-import { HttpTransportAdapter } from './http.adapter.js';
-import type { IdempotencyService } from './idempotency.service.js';
-import { RpcTransportAdapter } from './rpc.adapter.js';
-import { loadRpcException } from './rpc/rpc-error.js';
 import type { TransportAdapter } from './transport.adapter.js';
+import { requestTransportOf } from './transports/registry.js';
+
+/** What a refusal is reported to: the module's log (`IdempotencyService`). */
+interface ConfigurationReports {
+  reportConfigurationError(where: string, error: IdempotencyError): void;
+}
 
 /** Raised when `@Idempotent()` runs in an application that has no IdempotencyModule. */
 export function missingModuleError(context: ExecutionContext): IdempotencyConfigurationError {
@@ -24,7 +26,7 @@ export function refuseUnconfigured(
   context: ExecutionContext,
   adapter: TransportAdapter | undefined,
   error: unknown,
-  service?: IdempotencyService,
+  service?: ConfigurationReports,
 ): unknown {
   if (!isIdempotencyError(error)) return error;
   const where = `${context.getClass().name}.${context.getHandler().name}`;
@@ -39,8 +41,9 @@ export function refuseUnconfigured(
  */
 export async function refuseWithoutModule(context: ExecutionContext): Promise<never> {
   const type = context.getType();
-  const adapter = type === 'http' ? new HttpTransportAdapter() : type === 'rpc' ? new RpcTransportAdapter() : undefined;
-  if (type === 'rpc') await loadRpcException();
+  // HTTP and messages get their transport's form; a GraphQL field the error itself, as before the transport registry.
+  const adapter = type === 'http' || type === 'rpc' ? requestTransportOf(type) : undefined;
+  if (adapter?.prepareErrors) await adapter.prepareErrors();
   throw refuseUnconfigured(context, adapter, missingModuleError(context));
 }
 

@@ -1,6 +1,6 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { IdempotencyModule } from '../nest/idempotency.module.js';
-import type { IdempotencyModuleOptions } from '../nest/idempotency.options.js';
+import type { IdempotencyModuleOptions } from '../nest/idempotency.module-options.js';
 
 /**
  * For your own unit and e2e tests: provides everything `@Idempotent()` and

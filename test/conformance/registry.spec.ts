@@ -2,6 +2,8 @@ import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import * as ts from 'typescript';
 import { IdempotencyInterceptor, IdempotencyRuntime, type IdempotencyService, type TransportAdapter } from '../../lib/index.js';
+import type { MethodAdapter } from '../../lib/nest/transports/method/method.adapter.js';
+import { TRANSPORTS } from '../../lib/nest/transports/registry.js';
 import { CONFORMANCE_DRIVERS, REQUIRED_DRIVERS, type EntryId } from './drivers.js';
 
 /**
@@ -65,16 +67,9 @@ function methodKinds(): string[] {
   return stringLiteralsOf(node.type);
 }
 
-/** The keys of the `ADAPTERS` record of the method runner (the adapters the method kinds run with). */
+/** The method kinds served by the transports of the registry (lib/nest/transports/registry.ts) that run methods without a request. */
 function methodRunnerAdapters(): string[] {
-  const { node } = findDeclaration('const ADAPTERS', (s) =>
-    ts.isVariableStatement(s)
-      ? s.declarationList.declarations.find((d) => ts.isIdentifier(d.name) && d.name.text === 'ADAPTERS' && d.initializer)
-      : undefined,
-  );
-  const literal = node.initializer!;
-  if (!ts.isObjectLiteralExpression(literal)) throw new Error('ADAPTERS is no object literal: update registry.spec.ts');
-  return literal.properties.map((p) => (p.name && (ts.isIdentifier(p.name) || ts.isStringLiteral(p.name)) ? p.name.text : '?'));
+  return TRANSPORTS.flatMap((transport) => (transport.reach === 'method' ? [...(transport as MethodAdapter).kinds] : []));
 }
 
 function sourceFiles(dir: string): string[] {
@@ -130,7 +125,7 @@ describe('every entry point of the library has a conformance driver', () => {
     expect(missing).toEqual([]);
   });
 
-  it('each MethodKind (lib/nest/**/method-target.ts), and each adapter of the method runner', () => {
+  it('each MethodKind (lib/nest/**/method-target.ts), and each method transport of the registry', () => {
     const kinds = methodKinds();
     expect([...methodRunnerAdapters()].sort()).toEqual([...kinds].sort());
     expect(kinds.filter((kind) => servedBy(`method:${kind}`).length === 0)).toEqual([]);

@@ -2,7 +2,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Queue, type Job } from 'bullmq';
 import type Redis from 'ioredis';
 import { IdempotencyService } from '../../lib/index.js';
-import { defaultJobKey } from '../../lib/nest/bullmq.adapter.js';
+import { defaultJobKey } from '../../lib/nest/transports/bullmq/bullmq.adapter.js';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { effectKey, startWorkerApp, type RefundJob, type RefundResult, type WorkerAppOptions } from './bullmq-app.js';
 import { REDIS_HOST, REDIS_PORT, deleteKeys, redisClient, runPrefix, until } from './support.js';

@@ -1,8 +1,8 @@
 import { CronJob } from 'cron';
-import { MethodExecutionContext } from '../../lib/nest/method-context.js';
-import type { MethodHandlerConfig } from '../../lib/nest/method.adapter.js';
-import type { MethodTarget } from '../../lib/nest/method-target.js';
-import { ScheduleAdapter } from '../../lib/nest/schedule.adapter.js';
+import { MethodExecutionContext } from '../../lib/nest/transports/method/method-context.js';
+import type { MethodHandlerConfig } from '../../lib/nest/transports/method/method.adapter.js';
+import type { MethodTarget } from '../../lib/nest/transports/method/method-target.js';
+import { ScheduleAdapter } from '../../lib/nest/transports/schedule/schedule.adapter.js';
 
 /** The tick a schedule's key names: every instance must compute the same one. */
 const adapter = new ScheduleAdapter();

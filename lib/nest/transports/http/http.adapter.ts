@@ -1,18 +1,28 @@
 import { HttpException, type ExecutionContext } from '@nestjs/common';
-import { IdempotencyKeyInvalidError, IdempotencyNotReplayableError, type IdempotencyError } from '../core/errors.js';
-import { parseIdempotencyKeyHeader } from '../core/key.js';
-import { decodeValue, encodeValue, unstorableReason, type OutcomeMeta, type StoredOutcome } from '../core/outcome.js';
-import { hiddenBodyMaterial, type BodyCarrier } from './http-body-material.js';
-import { REPLAYED_HEADER } from './idempotency.constants.js';
-import { principalOfUser } from './principal.js';
-import { setHeader, toProblemHttpException, type HttpResponseLike } from './problem.js';
-import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
-
-interface HttpRequestLike extends BodyCarrier {
-  params?: unknown;
-  query?: unknown;
-  user?: unknown;
-}
+import {
+  IdempotencyConfigurationError,
+  IdempotencyKeyInvalidError,
+  IdempotencyNotReplayableError,
+  type IdempotencyError,
+} from '../../../core/errors.js';
+import { parseIdempotencyKeyHeader } from '../../../core/key.js';
+import { decodeValue, encodeValue, unstorableReason, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
+import { REPLAYED_HEADER } from '../../idempotency.constants.js';
+import { principalOfUser } from '../../principal.js';
+import { setHeader, toProblemHttpException, type HttpResponseLike } from '../../problem.js';
+import type { IdempotentOptions } from '../../idempotency.options.js';
+import { declaredHttpMethodOf, operationOf } from '../../operation.js';
+import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
+import {
+  describeHeaderKeySource,
+  keyHeadersOf,
+  type BaseHandlerConfig,
+  type HandlerSite,
+  type MergedOptions,
+  type Transport,
+} from '../transport.js';
+import { hiddenBodyMaterial } from './http-body-material.js';
+import { requestOf, responseOf } from './http-request.js';
 
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'content-type',
@@ -45,17 +55,46 @@ export function keyFromHeaders(headers: Record<string, string | string[] | undef
 }
 
 /** Express and Fastify, told apart by the reply's shape. */
-export class HttpTransportAdapter implements TransportAdapter {
+export class HttpTransportAdapter implements Transport {
+  readonly name = 'http';
+  readonly reach = 'request' as const;
   readonly defaultInFlight = 'reject' as const;
+
+  /** Routes: `@Post()`, `@Put()`, ... on a controller. */
+  recognises(site: HandlerSite): boolean {
+    return declaredHttpMethodOf(site.method) !== undefined;
+  }
+
+  /** Judged on the handler's own options: a module-wide `ack: true` in a hybrid app is meant for its consumers. */
+  validate(where: string, _merged: MergedOptions, own: IdempotentOptions): void {
+    if (own.ack === true) {
+      throw new IdempotencyConfigurationError(
+        `${where}: ack: true acknowledges broker messages, and this is an HTTP route.`,
+        'Remove ack from this route; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
+      );
+    }
+  }
+
+  /** The key headers, and the response headers stored and replayed (lower-case). */
+  configure(base: BaseHandlerConfig): ResolvedHandlerConfig {
+    return {
+      ...base,
+      keyHeaders: keyHeadersOf(base.options),
+      replayHeaders: new Set([...DEFAULT_REPLAY_HEADERS, ...(base.options.replayHeaders ?? []).map((h) => h.toLowerCase())]),
+    };
+  }
+
+  /** `POST /v1/refunds/:id`: the method and the full route template. */
+  operationOf(context: ExecutionContext): string {
+    return operationOf(context);
+  }
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
     return keyFromHeaders(requestOf(context).headers, config.keyHeaders);
   }
 
   describeKeySource(config: ResolvedHandlerConfig): string {
-    return config.options.key
-      ? 'the request (the key option returned nothing)'
-      : `the ${config.options.header ?? 'Idempotency-Key'} header`;
+    return describeHeaderKeySource(config.options);
   }
 
   /** Who is asking: `request.user`'s id (see `principalOfUser`). */
@@ -133,22 +172,6 @@ export class HttpTransportAdapter implements TransportAdapter {
     }
     return headers ? { status, headers } : { status };
   }
-}
-
-/**
- * The request and response, read the way `switchToHttp()` reads them (arguments 0 and 1)
- * without its per-call closures: these run several times on every request.
- */
-function requestOf(context: ExecutionContext): HttpRequestLike {
-  return typeof context.getArgByIndex === 'function'
-    ? context.getArgByIndex<HttpRequestLike>(0)
-    : context.switchToHttp().getRequest<HttpRequestLike>();
-}
-
-function responseOf(context: ExecutionContext): HttpResponseLike {
-  return typeof context.getArgByIndex === 'function'
-    ? context.getArgByIndex<HttpResponseLike>(1)
-    : context.switchToHttp().getResponse<HttpResponseLike>();
 }
 
 function asHttpException(error: unknown): HttpException | undefined {

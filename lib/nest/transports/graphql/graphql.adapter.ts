@@ -8,12 +8,24 @@ import {
   type IdempotencyError,
   type IdempotencyInFlightError,
   type StoredOutcome,
-} from '../core/index.js';
-import { keyFromHeaders } from './http.adapter.js';
-import { captureShaped, restoreShaped, UnshapeableValueError } from './graphql/replay-shape.js';
-import { principalOfUser } from './principal.js';
-import { problemOf } from './problem.js';
-import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
+} from '../../../core/index.js';
+import type { IdempotentOptions } from '../../idempotency.options.js';
+import { keyFromHeaders } from '../http/http.adapter.js';
+import type { HttpRequestLike } from '../http/http-request.js';
+import {
+  describeHeaderKeySource,
+  keyHeadersOf,
+  NO_HEADERS,
+  type BaseHandlerConfig,
+  type HandlerSite,
+  type MergedOptions,
+  type Transport,
+} from '../transport.js';
+import { GRAPHQL_REFUSALS, graphqlResolverKindOf } from './graphql-resolver.js';
+import { captureShaped, restoreShaped, UnshapeableValueError } from './replay-shape.js';
+import { principalOfUser } from '../../principal.js';
+import { problemOf } from '../../problem.js';
+import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
 
 /** The parts of graphql-js's `GraphQLResolveInfo` read here (the `graphql` package itself is never loaded). */
 interface ResolveInfoLike {
@@ -29,11 +41,6 @@ interface ResolveInfoLike {
 interface ResponsePath {
   readonly prev: ResponsePath | undefined;
   readonly key: string | number;
-}
-
-interface HttpRequestLike {
-  headers?: Record<string, string | string[] | undefined>;
-  user?: unknown;
 }
 
 /** What a client finds in `errors[].extensions` when the library refuses a mutation. */
@@ -86,8 +93,37 @@ export class IdempotencyGraphQLError extends IntrinsicException {
  * - A duplicate gets the stored value as the field's value; refusals are GraphQL errors
  *   whose `extensions.code` is the library's stable code.
  */
-export class GraphqlTransportAdapter implements TransportAdapter {
+export class GraphqlTransportAdapter implements Transport {
+  readonly name = 'graphql';
+  readonly reach = 'request' as const;
   readonly defaultInFlight = 'reject' as const;
+
+  /** Resolvers of every kind: mutations are served, the others refused at boot (`validate`). */
+  recognises(site: HandlerSite): boolean {
+    return graphqlResolverKindOf(site.method) !== undefined;
+  }
+
+  /** Only mutations are served; `ack` is for broker messages. */
+  validate(where: string, _merged: MergedOptions, own: IdempotentOptions, site: HandlerSite): void {
+    const kind = graphqlResolverKindOf(site.method);
+    const refusal = kind === undefined || kind === 'graphql-mutation' ? undefined : GRAPHQL_REFUSALS[kind];
+    if (refusal) throw new IdempotencyConfigurationError(`${where}: ${refusal[0]}`, refusal[1]);
+    if (own.ack === true) {
+      throw new IdempotencyConfigurationError(
+        `${where}: ack: true acknowledges broker messages, and this is a GraphQL mutation.`,
+        'Remove ack from this mutation; set it on RabbitMQ @MessagePattern / @EventPattern handlers only.',
+      );
+    }
+  }
+
+  configure(base: BaseHandlerConfig): ResolvedHandlerConfig {
+    return { ...base, keyHeaders: keyHeadersOf(base.options), replayHeaders: NO_HEADERS };
+  }
+
+  /** `graphql Mutation.refund @a`: the field and its response path. */
+  operationOf(context: ExecutionContext): string {
+    return graphqlOperationOf(context);
+  }
 
   /** Only root fields of a mutation operation are served (boot refuses queries, subscriptions and field resolvers). */
   admit(context: ExecutionContext, config: ResolvedHandlerConfig): void {
@@ -107,11 +143,12 @@ export class GraphqlTransportAdapter implements TransportAdapter {
   }
 
   describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string {
-    if (config.options.key) return 'the request (the key option returned nothing)';
-    const header = `the ${config.options.header ?? 'Idempotency-Key'} header`;
-    return context && !requestOf(context)?.headers
-      ? `${header} (the GraphQL context holds no HTTP request as req or request)`
-      : `${header} of the HTTP request carrying the GraphQL operation`;
+    return describeHeaderKeySource(
+      config.options,
+      context && !requestOf(context)?.headers
+        ? '(the GraphQL context holds no HTTP request as req or request)'
+        : 'of the HTTP request carrying the GraphQL operation',
+    );
   }
 
   /**

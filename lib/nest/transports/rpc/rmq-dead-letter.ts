@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { encodeValue, serializeOutcome, type IdempotencyStore } from '../../core/index.js';
+import { encodeValue, serializeOutcome, type IdempotencyStore } from '../../../core/index.js';
 import type { RmqMessageLike } from './message-context.js';
 
 export const DEFAULT_MAX_DELIVERIES = 5;

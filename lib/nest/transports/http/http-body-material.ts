@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { IdempotencyRequestInvalidError } from '../core/errors.js';
+import { IdempotencyRequestInvalidError } from '../../../core/errors.js';
 
 /** A file multer put on the request (`FileInterceptor`, `FilesInterceptor`, `FileFieldsInterceptor`), memory or disk storage. */
 interface UploadedFileLike {

@@ -1,6 +1,3 @@
-import { graphqlResolverKindOf } from './graphql-resolver.js';
-import { declaredHttpMethodOf, isMessageHandler } from './operation.js';
-
 // The integrations are optional peers: their metadata keys (stable across their majors)
 // are written out rather than imported, so an application that uses none of them loads none.
 /** `@Processor()` of @nestjs/bullmq, on the class. */
@@ -50,18 +47,33 @@ export interface MethodTarget {
   readonly namedByClass: boolean;
 }
 
+/** A WebSocket gateway handler (`@SubscribeMessage()`): reached by a message, but served by no transport. */
+export function isGatewayHandler(method: Function): boolean {
+  return Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true;
+}
+
+const targets = new WeakMap<Function, WeakMap<Function, MethodTarget>>();
+
 /**
- * True for the methods a request reaches (HTTP routes, microservice handlers, GraphQL
- * resolvers): their key comes from the request, so a call without one is no tick or
- * job but your own code calling a handler.
+ * The class each decorated method was last seen on by a boot check, to name it when it is
+ * called without its instance (a detached method has no `this` to read the class from).
+ * Only for messages: the same in every application that uses the class.
  */
-export function isRequestHandler(method: Function): boolean {
-  return (
-    declaredHttpMethodOf(method) !== undefined ||
-    isMessageHandler(method) ||
-    graphqlResolverKindOf(method) !== undefined ||
-    Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true
-  );
+const ownerNames = new WeakMap<Function, string>();
+
+/** What the method is (provider method, BullMQ processor, schedule), read once per method and class. */
+export function targetOf(handler: Function, owner: Function, propertyName: string): MethodTarget {
+  ownerNames.set(handler, owner.name);
+  let byOwner = targets.get(handler);
+  if (!byOwner) targets.set(handler, (byOwner = new WeakMap()));
+  let target = byOwner.get(owner);
+  if (!target) byOwner.set(owner, (target = methodTargetOf(handler, owner, propertyName)));
+  return target;
+}
+
+/** The class a boot check last saw the method on (see `ownerNames`). */
+export function ownerNameOf(handler: Function): string | undefined {
+  return ownerNames.get(handler);
 }
 
 /** What the method is, from the metadata on it and its class. */
@@ -95,7 +107,7 @@ export function methodTargetOf(method: Function, owner: Function, propertyName: 
   }
   const listeners = Reflect.getMetadata(EVENT_LISTENER_METADATA, method) as Array<{ event?: unknown }> | undefined;
   const events = listeners?.map((listener) => eventName(listener.event));
-  const gateway = Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true || undefined;
+  const gateway = isGatewayHandler(method) || undefined;
   return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, gateway, namedByClass: true };
 }
 

@@ -30,3 +30,19 @@ export function graphqlResolverKindOf(method: Function): GraphqlResolverKind | u
       return undefined;
   }
 }
+
+/** Why `@Idempotent()` refuses each GraphQL resolver kind other than a mutation, and what to do instead. */
+export const GRAPHQL_REFUSALS: Record<Exclude<GraphqlResolverKind, 'graphql-mutation'>, readonly [string, string]> = {
+  'graphql-query': [
+    'it is a GraphQL query (@Query()), and @Idempotent() protects GraphQL mutations only: a query changes nothing, so running it twice is harmless and needs no key.',
+    'Remove @Idempotent() from this query, and put it on the @Mutation() that makes the change.',
+  ],
+  'graphql-subscription': [
+    'it is a GraphQL subscription (@Subscription()), which delivers events and has no single result to store or replay.',
+    'Remove @Idempotent() from this subscription; protect the @Mutation() (or the provider method) that publishes the events instead.',
+  ],
+  'graphql-field': [
+    'it is a GraphQL field resolver (@ResolveField() or @ResolveReference()), which runs once per parent object of every query and mutation that selects the field.',
+    'Remove @Idempotent() from this field resolver, and put it on the @Mutation() resolver that performs the change.',
+  ],
+};

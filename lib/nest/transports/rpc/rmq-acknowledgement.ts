@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
-import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyStore } from '../../core/index.js';
-import type { Settlement } from '../transport.adapter.js';
+import { IdempotencyErrorCode, isIdempotencyError, type IdempotencyStore } from '../../../core/index.js';
+import type { Settlement } from '../../transport.adapter.js';
 import type { RmqChannelLike, RmqMessageLike } from './message-context.js';
 import { rmqConsumerOf } from './rmq-consumers.js';
 import {
@@ -55,7 +55,8 @@ export function ackDecisionOf(settlement: Settlement, error?: unknown): AckDecis
  */
 const settledDeliveries = new WeakSet<object>();
 
-const logger = new Logger('IdempotencyInterceptor');
+/** Nest's logger under the library's context (these lines are written where no module logger is at hand). */
+const logger = new Logger('Idempotency');
 
 /**
  * Takes the one right to settle a delivery, for a path that decides asynchronously

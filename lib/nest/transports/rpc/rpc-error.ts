@@ -1,5 +1,5 @@
-import { IdempotencyInFlightError, type EncodedError, type IdempotencyError } from '../../core/index.js';
-import { problemOf, type IdempotencyProblem } from '../problem.js';
+import { IdempotencyInFlightError, type EncodedError, type IdempotencyError } from '../../../core/index.js';
+import { problemOf, type IdempotencyProblem } from '../../problem.js';
 
 /**
  * What a microservice client receives as the error of a refused message: the fields of

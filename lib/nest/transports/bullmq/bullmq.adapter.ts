@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { IdempotencyErrorCode, type IdempotencyError } from '../core/index.js';
-import { MethodAdapter } from './method.adapter.js';
-import type { ResolvedHandlerConfig } from './transport.adapter.js';
+import { IdempotencyErrorCode, type IdempotencyError } from '../../../core/index.js';
+import { MethodAdapter } from '../method/method.adapter.js';
+import type { MethodKind } from '../method/method-target.js';
 
 /**
  * Refusals that the same job meets again on every attempt (another payload under its
@@ -63,14 +63,13 @@ export function defaultJobKey(job: JobLike | undefined): string | undefined {
  * `UnrecoverableError` does, instead of using up its attempts.
  */
 export class BullMqAdapter extends MethodAdapter {
+  override readonly name: string = 'bullmq';
+  override readonly kinds: readonly MethodKind[] = ['bullmq'];
+  protected override readonly defaultKeySource = 'the job id (job.id, with job.timestamp when BullMQ generated the id)';
+  protected override readonly keyCall = ' for this job';
+
   override readKey(context: ExecutionContext): unknown {
     return defaultJobKey(context.getArgByIndex<JobLike | undefined>(0));
-  }
-
-  override describeKeySource(config: ResolvedHandlerConfig): string {
-    return config.options.key
-      ? `the key option of ${config.handlerName} (it returned nothing for this job)`
-      : 'the job id (job.id, with job.timestamp when BullMQ generated the id)';
   }
 
   override fingerprintMaterial(context: ExecutionContext): unknown {

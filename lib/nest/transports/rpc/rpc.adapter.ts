@@ -10,10 +10,12 @@ import {
   unstorableReason,
   type IdempotencyError,
   type StoredOutcome,
-} from '../core/index.js';
-import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import type { IdempotentOptions } from './idempotency.options.js';
-import { NO_REPLY, type ResolvedHandlerConfig, type Settlement, type TransportAdapter } from './transport.adapter.js';
+} from '../../../core/index.js';
+import { IDEMPOTENT_METADATA } from '../../idempotency.constants.js';
+import type { IdempotentOptions } from '../../idempotency.options.js';
+import { declaredTransportOf, isMessageHandler, operationOf } from '../../operation.js';
+import { NO_REPLY, type ResolvedHandlerConfig, type Settlement } from '../../transport.adapter.js';
+import { keyHeadersOf, NO_HEADERS, type BaseHandlerConfig, type HandlerSite, type MergedOptions, type Transport } from '../transport.js';
 import {
   describeMessageKeySource,
   isEventHandler,
@@ -22,10 +24,10 @@ import {
   transportContextOf,
   transportOf,
   type MessageTransport,
-} from './rpc/message-context.js';
-import { ackDecisionOf, claimDelivery, settleDelivery, settleFailedDelivery } from './rpc/rmq-acknowledgement.js';
-import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rpc/rmq-consumers.js';
-import { DEFAULT_MAX_DELIVERIES } from './rpc/rmq-dead-letter.js';
+} from './message-context.js';
+import { ackDecisionOf, claimDelivery, settleDelivery, settleFailedDelivery } from './rmq-acknowledgement.js';
+import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rmq-consumers.js';
+import { DEFAULT_MAX_DELIVERIES } from './rmq-dead-letter.js';
 import {
   encodeRpcException,
   isEncodedRpcException,
@@ -33,11 +35,12 @@ import {
   loadRpcException,
   rpcErrorBodyOf,
   rpcExceptionOf,
-} from './rpc/rpc-error.js';
+} from './rpc-error.js';
 
-export { isIdempotencyRpcError, type IdempotencyRpcError } from './rpc/rpc-error.js';
+export { isIdempotencyRpcError, type IdempotencyRpcError } from './rpc-error.js';
 
-const logger = new Logger('IdempotencyInterceptor');
+/** Where the RPC transport writes what it refused (an event nobody answers, an `ack: true` it cannot honour). */
+const logger = new Logger('Idempotency');
 
 /**
  * Microservice handlers (`@MessagePattern` / `@EventPattern`) on every Nest transport.
@@ -50,15 +53,44 @@ const logger = new Logger('IdempotencyInterceptor');
  * - With `ack: true` on RabbitMQ, each delivery is acked only once its outcome is settled,
  *   and a message that keeps failing is dead-lettered after `maxDeliveries`.
  */
-export class RpcTransportAdapter implements TransportAdapter {
+export class RpcTransportAdapter implements Transport {
+  readonly name = 'rpc';
+  readonly reach = 'request' as const;
   readonly defaultInFlight = 'wait' as const;
   /** Handlers whose `ack: true` misconfiguration was reported where it could not be thrown. */
   private readonly reportedRefusals = new WeakSet<ResolvedHandlerConfig>();
 
-  constructor() {
-    // Created with the module, before any microservice connects: the consumers' settings
-    // must be watched before the first message, which may be the one to refuse.
+  /**
+   * Called when a module's runtime is created, before any microservice connects: the
+   * consumers' settings must be watched before the first message, which may be the one to refuse.
+   */
+  attach(): void {
     void watchRmqConsumers();
+  }
+
+  /** `@MessagePattern()` and `@EventPattern()` handlers. */
+  recognises(site: HandlerSite): boolean {
+    return isMessageHandler(site.method);
+  }
+
+  /** `ack: true` on a handler bound to a transport without manual acknowledgement (`@MessagePattern(p, Transport.NATS)`). */
+  validate(where: string, _merged: MergedOptions, own: IdempotentOptions, site: HandlerSite): void {
+    const bound = declaredTransportOf(site.method);
+    if (own.ack === true && bound !== undefined && bound !== 'RMQ') {
+      throw new IdempotencyConfigurationError(
+        `${where}: ack: true needs a transport with manual acknowledgement, and this handler is bound to ${bound}, which has none here.`,
+        'Remove ack from this handler; ack: true is for RabbitMQ consumers with noAck: false.',
+      );
+    }
+  }
+
+  configure(base: BaseHandlerConfig): ResolvedHandlerConfig {
+    return { ...base, keyHeaders: keyHeadersOf(base.options), replayHeaders: NO_HEADERS };
+  }
+
+  /** `rmq refund.create`: the transport and the declared pattern. */
+  operationOf(context: ExecutionContext): string {
+    return operationOf(context);
   }
 
   /** Refuses before anything runs (a `key` option included): in auto-ack mode any ack would close the channel. */

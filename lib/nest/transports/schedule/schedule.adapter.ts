@@ -1,7 +1,8 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { IdempotencyConfigurationError, type InFlightStrategy } from '../core/index.js';
-import { MethodAdapter, type MethodHandlerConfig } from './method.adapter.js';
-import { NO_REPLY, type ResolvedHandlerConfig } from './transport.adapter.js';
+import { IdempotencyConfigurationError, IdempotencyErrorCode, isIdempotencyError, type InFlightStrategy } from '../../../core/index.js';
+import { MethodAdapter, type MethodHandlerConfig } from '../method/method.adapter.js';
+import type { MethodKind } from '../method/method-target.js';
+import { NO_REPLY, type ResolvedHandlerConfig } from '../../transport.adapter.js';
 
 /** The members of @nestjs/schedule's SchedulerRegistry read here (the package is never imported). */
 export interface SchedulerRegistryLike {
@@ -35,7 +36,11 @@ const LOOKBACKS_MS = [2_000, 120_000, 7_200_000, 2 * 86_400_000, 64 * 86_400_000
  * A duplicate tick (replayed, or still running elsewhere) returns nothing and logs nothing.
  */
 export class ScheduleAdapter extends MethodAdapter {
+  override readonly name: string = 'schedule';
+  override readonly kinds: readonly MethodKind[] = ['cron', 'interval'];
   override readonly defaultInFlight: InFlightStrategy = 'reject';
+  protected override readonly defaultKeySource = 'the tick of the schedule';
+  protected override readonly keyCall = '';
 
   /**
    * An application's SchedulerRegistry, found at boot: cron's CronTime class is reached
@@ -45,9 +50,20 @@ export class ScheduleAdapter extends MethodAdapter {
   private CronTime: CronTimeClass | undefined;
   private readonly schedules = new WeakMap<ResolvedHandlerConfig, CronSchedule>();
 
-  /** @internal called at boot by the explorer with the application's SchedulerRegistry */
+  /** @internal called at boot with the application's SchedulerRegistry */
   useRegistry(registry: SchedulerRegistryLike): void {
     this.registry = registry;
+  }
+
+  /** Finds the application's SchedulerRegistry (@nestjs/schedule), through which a @Cron() tick's scheduled time is read. */
+  boot(providers: readonly unknown[]): void {
+    for (const provider of providers) {
+      const candidate = provider as (Partial<SchedulerRegistryLike> & { addCronJob?: unknown }) | undefined;
+      if (candidate && typeof candidate.getCronJobs === 'function' && typeof candidate.addCronJob === 'function') {
+        this.useRegistry(candidate as SchedulerRegistryLike);
+        return;
+      }
+    }
   }
 
   override readKey(_context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
@@ -60,8 +76,12 @@ export class ScheduleAdapter extends MethodAdapter {
     return new Date(this.scheduledTimeOf(config as MethodHandlerConfig, now)).toISOString();
   }
 
-  override describeKeySource(config: ResolvedHandlerConfig): string {
-    return config.options.key ? `the key option of ${config.handlerName} (it returned nothing)` : 'the tick of the schedule';
+  /** Another instance runs this tick: skipped, like a replayed tick (the events still report it). */
+  override finish(answer: Promise<unknown>): Promise<unknown> {
+    return answer.catch((error: unknown) => {
+      if (isIdempotencyError(error) && error.code === IdempotencyErrorCode.InFlight) return undefined;
+      throw error;
+    });
   }
 
   override replay(): unknown {

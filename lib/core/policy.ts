@@ -1,0 +1,97 @@
+import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
+import type { IdempotencyEventListener } from './events.js';
+import type { ExecutionPolicy, InFlightStrategy, StoreErrorStrategy } from './execution.js';
+import { checkWholeNumber } from './options.js';
+import type { IdempotencyStore } from './store.js';
+
+/**
+ * The options of an execution policy as an entry point has them: anything left undefined
+ * takes the entry point's defaults (`PolicyDefaults`, the module's options), then the
+ * library's (`defaults.ts`).
+ */
+export interface PolicyOptions {
+  readonly store?: IdempotencyStore;
+  readonly ttl?: number;
+  readonly leaseTtl?: number;
+  readonly inFlight?: InFlightStrategy;
+  readonly waitTimeout?: number;
+  readonly cacheErrors?: (error: unknown) => boolean;
+  readonly onStoreError?: StoreErrorStrategy;
+  readonly maxResponseBytes?: number;
+}
+
+/** What an entry point lays under every policy it resolves (`IdempotencyModule.forRoot()`'s options). */
+export interface PolicyDefaults extends PolicyOptions {
+  readonly store: IdempotencyStore;
+  readonly onEvent?: IdempotencyEventListener;
+}
+
+/** The numbers of a policy, as `checkPolicyNumbers` reads them. */
+export interface PolicyNumbers {
+  readonly ttl?: unknown;
+  readonly leaseTtl?: unknown;
+  readonly waitTimeout?: unknown;
+  readonly maxResponseBytes?: unknown;
+}
+
+/**
+ * How an entry point words and bounds its numbers: `makeIdempotent` calls the size
+ * `maxResultBytes`; `@Idempotent()` and `IdempotencyModule.forRoot()` want a `waitTimeout`
+ * above 0 (the engine and `makeIdempotent` take 0: do not wait at all).
+ */
+export interface PolicyNumberRules {
+  readonly waitTimeoutMin: 0 | 1;
+  readonly bytesName: string;
+  readonly bytesExample?: string;
+}
+
+/** The engine's wording: what `IdempotencyEngine` and `makeIdempotent` say. */
+export const ENGINE_NUMBER_RULES: PolicyNumberRules = { waitTimeoutMin: 0, bytesName: 'maxResponseBytes', bytesExample: '1_048_576' };
+
+/**
+ * The library's one check of a policy's numbers (`checkWholeNumber`: whole milliseconds,
+ * whole bytes), under the name of the entry point that was given them (`makeIdempotent(pay)`,
+ * `@Idempotent() on A.b`).
+ */
+export function checkPolicyNumbers(owner: string, options: PolicyNumbers, rules: PolicyNumberRules = ENGINE_NUMBER_RULES): void {
+  checkWholeNumber(owner, 'ttl', options.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
+  checkWholeNumber(owner, 'leaseTtl', options.leaseTtl, { unit: 'ms', example: '30_000' });
+  checkWholeNumber(owner, 'waitTimeout', options.waitTimeout, { unit: 'ms', min: rules.waitTimeoutMin, example: '10_000' });
+  checkWholeNumber(owner, rules.bytesName, options.maxResponseBytes, { example: rules.bytesExample });
+}
+
+/** Policies made by `resolvePolicy`, checked once there: the engine does not check them again per request. */
+const resolved = new WeakSet<ExecutionPolicy>();
+
+/**
+ * The one mapping from options to an `ExecutionPolicy`, for every entry point
+ * (`makeIdempotent`, `IdempotencyService.run`, `@Idempotent()` handlers): each field is the
+ * entry point's own option, else its default (`defaults`, the module's), else the
+ * library's. The numbers are checked here, once, by the engine's rule (entry points check
+ * their own options earlier, under their own names); the engine then takes the policy as
+ * it is on every request, and checks only a policy built by hand.
+ *
+ * `handler` is the name events report (`Class.method`, `run:refunds`, the function's scope).
+ */
+export function resolvePolicy(handler: string, options: PolicyOptions, defaults: PolicyDefaults): ExecutionPolicy {
+  const policy: ExecutionPolicy = {
+    store: options.store ?? defaults.store,
+    ttl: options.ttl ?? defaults.ttl ?? DEFAULT_TTL,
+    leaseTtl: options.leaseTtl ?? defaults.leaseTtl ?? DEFAULT_LEASE_TTL,
+    inFlight: options.inFlight ?? defaults.inFlight ?? 'wait',
+    waitTimeout: options.waitTimeout ?? defaults.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
+    cacheErrors: options.cacheErrors ?? defaults.cacheErrors,
+    onStoreError: options.onStoreError ?? defaults.onStoreError ?? 'fail-closed',
+    maxResponseBytes: options.maxResponseBytes ?? defaults.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+    onEvent: defaults.onEvent,
+    handler,
+  };
+  checkPolicyNumbers('IdempotencyEngine', policy);
+  resolved.add(policy);
+  return policy;
+}
+
+/** True for a policy `resolvePolicy` made (and checked); false for one built by hand. */
+export function isResolvedPolicy(policy: ExecutionPolicy): boolean {
+  return resolved.has(policy);
+}

@@ -1,0 +1,40 @@
+import type { LoggerService } from '@nestjs/common';
+import type { IdempotencyEventListener } from '../core/index.js';
+import type { IdempotentOptions } from './idempotency.options.js';
+// The one cycle lib/nest keeps, of types only: these options name the runtime class, whose
+// constructor takes the service, whose `options` are these (see the report on issue 25).
+import type { IdempotencyRuntime } from './idempotency.runtime.js';
+import type { IdempotencyService } from './idempotency.service.js';
+
+/** Options of `IdempotencyModule.forRoot()`: defaults for every `@Idempotent()` handler. */
+export interface IdempotencyModuleOptions extends IdempotentOptions {
+  /**
+   * Receives every outcome (claimed, replayed, conflicts, store errors) with timings and
+   * hashed keys. A list feeds several listeners (each isolated from the others' errors):
+   * e.g. `[createIdempotencyLogger(), createPrometheusListener()]`. See docs/observability.md.
+   * @default none
+   */
+  onEvent?: IdempotencyEventListener | readonly IdempotencyEventListener[];
+  /**
+   * False turns every `@Idempotent()` into a pass-through (handy in unit tests; see
+   * `IdempotencyTestingModule`).
+   * @default true
+   */
+  enabled?: boolean;
+  /**
+   * Where the library writes what it refused or lost: store errors and outages, fail-open
+   * runs, lost leases and memory-store evictions (`warn`, each cause at most once per
+   * 10 s) and configuration errors (`error`). Nothing per request at `log` level; keys
+   * appear hashed. Pass any Nest `LoggerService`, or `false` to write nothing (events
+   * still reach `onEvent`). For a line per event, add `createIdempotencyLogger()` to `onEvent`.
+   * @default new Logger('Idempotency')
+   */
+  logger?: LoggerService | false;
+  /**
+   * A subclass of `IdempotencyRuntime` whose hooks (`resolveKey`, `resolveOperation`,
+   * `resolvePrincipal`, `fingerprintMaterial`) derive keys, scopes and fingerprints your
+   * own way, for every `@Idempotent()` handler of the module.
+   * @default IdempotencyRuntime
+   */
+  runtime?: new (service: IdempotencyService) => IdempotencyRuntime;
+}
