@@ -205,7 +205,9 @@ describe('cancellation', () => {
         };
       };
       // Nest's chain inside the interceptor: the @Idempotent() wrapper, handed its context.
-      const chain = (context: unknown) => ({ handle: () => from(Promise.resolve(controller.stream(context))).pipe(mergeAll()) });
+      const chain = (context: unknown) => ({
+        handle: () => from(Promise.resolve(controller.stream(context) as Observable<unknown>)).pipe(mergeAll()),
+      });
       const until = async (done: () => boolean) => {
         for (const deadline = Date.now() + 5000; !done();) {
           if (Date.now() > deadline) throw new Error('timed out');
