@@ -55,7 +55,7 @@ type Prepared = ExecutionRequest | undefined;
 export class IdempotencyRuntime {
   /** @internal the hooks as the protocol calls them (an interceptor subclass may bring its own) */
   readonly hooks: IdempotencyHooks;
-  /** The transports Nest reaches with a request, by context type (see transports/registry.ts). */
+  // The transports Nest reaches with a request, by context type (see transports/registry.ts).
   protected readonly adapters: Record<string, TransportAdapter> = requestTransports();
   /** @internal every handler's config, resolved once (see `resolveHandlerConfig`) */
   readonly configs = new HandlerConfigs();

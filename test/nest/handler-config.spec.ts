@@ -12,7 +12,7 @@ import type { IdempotentOptions } from '../../lib/nest/idempotency.options.js';
 import type { MethodHandlerConfig } from '../../lib/nest/transports/method/method.adapter.js';
 import { transportFor } from '../../lib/nest/transports/registry.js';
 import type { HandlerSite } from '../../lib/nest/transports/transport.js';
-import { MemoryIdempotencyStore, type IdempotencyModuleOptions } from '../../lib/index.js';
+import { MemoryIdempotencyStore, type IdempotencyModuleOptions, type IdempotentMethodOptions } from '../../lib/index.js';
 
 /**
  * The one configuration pipeline (`resolveHandlerConfig`): module options + a handler's
@@ -66,10 +66,15 @@ function siteOf(owner: Function, propertyName: string): HandlerSite {
   return { method, owner, propertyName, handlerName: `${owner.name}.${propertyName}` };
 }
 
-function configOf(moduleOptions: IdempotencyModuleOptions, owner: Function, propertyName: string, own: IdempotentOptions = {}) {
+function configOf(
+  moduleOptions: IdempotencyModuleOptions,
+  owner: Function,
+  propertyName: string,
+  own: IdempotentOptions | IdempotentMethodOptions = {},
+) {
   const service = new IdempotencyService(moduleOptions);
   const site = siteOf(owner, propertyName);
-  return resolveHandlerConfig(service, transportFor(site), site, own);
+  return resolveHandlerConfig(service, transportFor(site), site, own as IdempotentOptions);
 }
 
 describe('handler config resolution (the one pipeline)', () => {
@@ -162,7 +167,7 @@ describe('handler config resolution (the one pipeline)', () => {
     const config = configOf({ key: moduleKey, header: 'X-Key', ttl: 60_000 }, RefundService, 'refund', {
       key,
       scope: 'refunds.refund',
-    } as IdempotentOptions) as MethodHandlerConfig;
+    }) as MethodHandlerConfig;
     expect(config.operation).toBe('refunds.refund');
     expect(config.options).not.toHaveProperty('header');
     expect(config.options.ttl).toBe(60_000);
@@ -172,7 +177,7 @@ describe('handler config resolution (the one pipeline)', () => {
     expect(() => configOf({}, RefundService, 'refund')).toThrow(
       /RefundService\.refund \(a provider method\) has no request to read an idempotency key from/,
     );
-    expect(() => configOf({}, RefundService, 'refund', { key: (() => 'k') as never, header: 'X-Key' })).toThrow(
+    expect(() => configOf({}, RefundService, 'refund', { key: () => 'k', header: 'X-Key' } as IdempotentOptions)).toThrow(
       /header does not apply to RefundService\.refund \(a provider method\)/,
     );
   });

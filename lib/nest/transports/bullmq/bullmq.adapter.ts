@@ -52,8 +52,8 @@ export function defaultJobKey(job: JobLike | undefined): string | undefined {
 /**
  * `process(job)` of an @nestjs/bullmq `WorkerHost`. The key is the producer's `jobId`
  * (a business key), else BullMQ's own id with the time the job was added (see
- * `defaultJobKey`), or the `key` option over `(job, token)`; the
- * fingerprint is the job's name and data. The job's return value is stored, so a
+ * `defaultJobKey`), or the `key` option over `(job, token)`; the fingerprint is the
+ * job's name and data. The job's return value is stored, so a
  * stalled or retried job whose earlier attempt completed gets it without running again.
  * A thrown error releases the key and reaches BullMQ, whose own retry (`attempts`,
  * `backoff`) runs the job again; an attempt that meets a running one waits for it

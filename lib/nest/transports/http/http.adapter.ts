@@ -11,7 +11,6 @@ import { REPLAYED_HEADER } from '../../idempotency.constants.js';
 import { principalOfUser } from '../../principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from '../../problem.js';
 import type { IdempotentOptions } from '../../idempotency.options.js';
-import { declaredHttpMethodOf, operationOf } from '../../operation.js';
 import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
 import {
   describeHeaderKeySource,
@@ -23,6 +22,7 @@ import {
 } from '../transport.js';
 import { hiddenBodyMaterial } from './http-body-material.js';
 import { requestOf, responseOf } from './http-request.js';
+import { declaredHttpMethodOf, routeOperationOf } from './route-operation.js';
 
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'content-type',
@@ -86,7 +86,7 @@ export class HttpTransportAdapter implements Transport {
 
   /** `POST /v1/refunds/:id`: the method and the full route template. */
   operationOf(context: ExecutionContext): string {
-    return operationOf(context);
+    return routeOperationOf(context);
   }
 
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {

@@ -13,7 +13,6 @@ import {
 } from '../../../core/index.js';
 import { IDEMPOTENT_METADATA } from '../../idempotency.constants.js';
 import type { IdempotentOptions } from '../../idempotency.options.js';
-import { declaredTransportOf, isMessageHandler, operationOf } from '../../operation.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type Settlement } from '../../transport.adapter.js';
 import { keyHeadersOf, NO_HEADERS, type BaseHandlerConfig, type HandlerSite, type MergedOptions, type Transport } from '../transport.js';
 import {
@@ -27,6 +26,7 @@ import {
 } from './message-context.js';
 import { ackDecisionOf, claimDelivery, settleDelivery, settleFailedDelivery } from './rmq-acknowledgement.js';
 import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rmq-consumers.js';
+import { declaredTransportOf, isMessageHandler, messageOperationOf } from './message-operation.js';
 import { DEFAULT_MAX_DELIVERIES } from './rmq-dead-letter.js';
 import {
   encodeRpcException,
@@ -90,7 +90,7 @@ export class RpcTransportAdapter implements Transport {
 
   /** `rmq refund.create`: the transport and the declared pattern. */
   operationOf(context: ExecutionContext): string {
-    return operationOf(context);
+    return messageOperationOf(context);
   }
 
   /** Refuses before anything runs (a `key` option included): in auto-ack mode any ack would close the channel. */
