@@ -125,6 +125,11 @@ describe('every entry point of the library has a conformance driver', () => {
     expect(missing).toEqual([]);
   });
 
+  it("each request transport of the registry is one of the runtime's adapters, and the other way round", () => {
+    const requests = TRANSPORTS.filter((transport) => transport.reach === 'request').map((transport) => transport.name);
+    expect([...requests].sort()).toEqual([...runtimeAdapters()].sort());
+  });
+
   it('each MethodKind (lib/nest/**/method-target.ts), and each method transport of the registry', () => {
     const kinds = methodKinds();
     expect([...methodRunnerAdapters()].sort()).toEqual([...kinds].sort());
