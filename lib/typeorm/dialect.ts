@@ -1,4 +1,5 @@
 import type { DataSource } from 'typeorm';
+import { IdempotencyConfigurationError } from '../core/errors.js';
 
 /**
  * What the library needs to know about a DataSource's driver, read from its public
@@ -23,4 +24,18 @@ export function driverFamilyOf(dataSource: DataSource): DriverFamily {
   if (type === 'postgres' || type === 'cockroachdb') return type;
   if (type === 'mysql' || type === 'mariadb') return 'mysql';
   return SQLITE_FAMILY.has(type) ? 'sqlite' : 'other';
+}
+
+/** The SQL families the record store speaks: one module each under `store/dialects/`. */
+export type RecordDialect = 'postgres' | 'sqlite' | 'mysql';
+
+/** The record store's dialect of a DataSource; refuses every driver the store does not speak. */
+export function dialectOf(dataSource: DataSource): RecordDialect {
+  const family = driverFamilyOf(dataSource);
+  if (family === 'postgres' || family === 'sqlite' || family === 'mysql') return family;
+  const type = driverTypeOf(dataSource);
+  throw new IdempotencyConfigurationError(
+    `The TypeORM idempotency store does not support the '${type}' driver.`,
+    "Use a DataSource of type 'postgres', 'mysql' or 'mariadb' (shared, multi-instance) or a SQLite driver such as 'sqljs' or 'better-sqlite3' (embedded, one process); for other databases use the Redis store.",
+  );
 }

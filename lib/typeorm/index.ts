@@ -5,7 +5,8 @@
  */
 
 // The record store and its transaction path (store/).
-export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions, type PurgeResult } from './store/store.js';
+export { TypeOrmIdempotencyStore } from './store/store.js';
+export type { TypeOrmIdempotencyStoreOptions, PurgeResult } from './store/store-options.js';
 export {
   runIdempotentTransaction,
   executeIdempotentTransaction,
@@ -20,7 +21,8 @@ export {
   createIdempotencyRecordsMigration,
   type IdempotencyRecordsMigrationOptions,
 } from './store/migration.js';
-export { recordsTableDdl, parseTableName, type TableName } from './store/record-sql.js';
+export { recordsTableDdl } from './store/dialects/registry.js';
+export { parseTableName, type TableName } from './store/dialects/records-table.js';
 
 // The patterns for your own entities (patterns/).
 export { VersionedEntity, IdempotentEntity } from './patterns/entities.js';

@@ -1,5 +1,5 @@
 import { IdempotencyConfigurationError } from '../../core/errors.js';
-import type { TableName } from './record-sql.js';
+import { nameOf, type TableName } from './dialects/records-table.js';
 
 /**
  * The SQLSTATE of a failed statement: node-postgres puts it on the error itself,
@@ -130,8 +130,4 @@ export function configurationErrorOf(error: unknown, table: TableName): Idempote
     );
   }
   return problem;
-}
-
-function nameOf(table: TableName): string {
-  return table.schema ? `${table.schema}.${table.table}` : table.table;
 }

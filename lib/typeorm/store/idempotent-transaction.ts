@@ -8,7 +8,7 @@ import { normalizeIdempotencyKey } from '../../core/key.js';
 import { checkWholeNumber } from '../../core/options.js';
 import { deserializeOutcome, serializeOutcome, valueOutcome } from '../../core/outcome.js';
 import type { TransactionalRequest } from '../../core/store.js';
-import { recordSqlFor } from './record-sql.js';
+import { dialectFor } from './dialects/registry.js';
 import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
 
 /** Options of `runIdempotentTransaction`: the key, its scope and fingerprint, and the transaction's tuning. */
@@ -97,10 +97,10 @@ export async function executeIdempotentTransaction<T>(
     fingerprint: options.fingerprint === undefined ? undefined : fingerprintOf(options.fingerprint),
     ttl: options.ttl ?? DEFAULT_TTL,
   };
-  const sql = recordSqlFor(dataSource, options.tableName, options.preparedStatements !== false);
+  const dialect = dialectFor(dataSource, options.tableName, options.preparedStatements !== false);
   const outcome = await runRecordTransaction(
     dataSource,
-    sql,
+    dialect,
     request,
     async (manager) => {
       const value = await work(manager);

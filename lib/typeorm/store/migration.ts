@@ -2,7 +2,9 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { shown } from '../../core/options.js';
 import { dataSourceOf } from '../internals.js';
-import { DEFAULT_RECORDS_TABLE, defaultSchemaOf, dialectOf, dropRecordsTableDdl, parseTableName, recordsTableDdl } from './record-sql.js';
+import { dialectOf } from '../dialect.js';
+import { defaultSchemaOf, dropRecordsTableDdl, recordsTableDdl } from './dialects/registry.js';
+import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
 
 async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);

@@ -1,7 +1,6 @@
 import type { DataSource } from 'typeorm';
 import type { MysqlPool } from '../internals.js';
-import type { SqlResult } from './pg-statement.js';
-import type { Statement } from './record-sql.js';
+import type { SqlResult, Statement } from './dialects/statement.js';
 
 /**
  * Runs one statement straight on the DataSource's mysql2 pool, as TypeORM's query runner

@@ -1,14 +1,6 @@
 import type { DataSource } from 'typeorm';
 import type { PgQueryable } from '../internals.js';
-import type { Statement } from './record-sql.js';
-
-export interface SqlResult {
-  readonly rows: Record<string, unknown>[];
-  /** Rows the statement wrote or, for an UPDATE on MySQL, found (see `mysqlHeaderOf`). */
-  readonly affected: number;
-  /** MySQL family: the OK packet's insert id (the claim puts its clock there when it claims). */
-  readonly insertId?: number;
-}
+import type { SqlResult, Statement } from './dialects/statement.js';
 
 /**
  * Runs one statement straight on a node-postgres pool or client, as a named prepared

@@ -3,11 +3,12 @@ import { mysqlPoolOf, pgClientOf, pgPoolOf } from '../internals.js';
 import { mysqlHeaderOf, runMysqlStatement } from './mysql-statement.js';
 import { sqliteMutexOf } from './mutex.js';
 import { createGuardedQueryRunner, guardPgClientErrors } from './pg-client-guard.js';
-import { runPgStatement, type SqlResult } from './pg-statement.js';
-import { dialectOf, type RecordDialect, type Statement } from './record-sql.js';
+import { dialectOf, type RecordDialect } from '../dialect.js';
+import type { SqlResult, Statement } from './dialects/statement.js';
+import { runPgStatement } from './pg-statement.js';
 import { transactionContext } from './transaction-context.js';
 
-export type { SqlResult } from './pg-statement.js';
+export type { SqlResult } from './dialects/statement.js';
 
 /** How the record statements of one DataSource reach the database. */
 export interface SqlExecutor {

@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { Logger, type LoggerService } from '@nestjs/common';
+import { Logger } from '@nestjs/common';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import type { IdempotencyEvent, IdempotencyEventListener } from '../../core/events.js';
@@ -13,96 +12,18 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../../core/store.js';
-import { configurationErrorOf } from './failures.js';
-import {
-  checkResultCapacity,
-  completedResultOf,
-  forgetResultCapacity,
-  mysqlResultCapacityOf,
-  storableMysqlResult,
-} from './result-capacity.js';
-import { createGuardedQueryRunner } from './pg-client-guard.js';
 import { RateLimitedLog } from '../../observability/rate-limited-log.js';
 import { StoreEventListeners } from '../../core/store-events.js';
-import {
-  DEFAULT_RECORDS_TABLE,
-  defaultSchemaOf,
-  dialectOf,
-  parseTableName,
-  recordSqlFor,
-  recordsTableDdl,
-  serverRecordSql,
-  type RecordSql,
-  type Statement,
-} from './record-sql.js';
+import { dialectOf } from '../dialect.js';
+import { toRecord } from './dialects/record-row.js';
+import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
+import { defaultSchemaOf, dialectFor, serverDialect } from './dialects/registry.js';
+import type { RunStatement, SqlDialect } from './dialects/sql-dialect.js';
+import type { Statement } from './dialects/statement.js';
+import { configurationErrorOf } from './failures.js';
 import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
-import { transientLockErrorOf } from './failures.js';
-import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
-
-/** Options of `TypeOrmIdempotencyStore`. */
-export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
-  /**
-   * Records table, `'table'` or `'schema.table'`. An unqualified name lives in the
-   * DataSource's `schema` on PostgreSQL, like TypeORM's own entities.
-   * @default 'idempotency_records'
-   */
-  tableName?: string;
-  /**
-   * A records entity registered in the DataSource (e.g. from `createIdempotencyRecordEntity`):
-   * its table is used, so entity and store cannot disagree. Takes precedence over `tableName`.
-   * @default undefined
-   */
-  entity?: Function;
-  /**
-   * The largest result the store must hold, in bytes of serialized outcome: the largest
-   * `maxResponseBytes` of the module and of the handlers that use this store. On MySQL /
-   * MariaDB `verify()` refuses, at boot, a `result` column or a server `max_allowed_packet`
-   * too small for it. Whatever it says, a result that the table or server can never take is
-   * stored as "not storable" (reported once as `response_not_storable`; duplicates get a
-   * not-replayable error), never retried until its lease is lost.
-   * @default 1_048_576 (the module's default maxResponseBytes)
-   */
-  maxResultBytes?: number;
-  /**
-   * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
-   * the process alive), from the moment the store is known to work: after `verify()`,
-   * `ensureTable()` or its first successful statement. Several instances may enable it:
-   * on PostgreSQL and MySQL / MariaDB an advisory lock lets one purge at a time and the others skip that
-   * round. `undefined` or 0: off.
-   * @default undefined
-   */
-  purgeInterval?: number;
-  /**
-   * Rows deleted per statement by a purge, so no single statement holds many locks.
-   * @default 1000
-   */
-  purgeBatchSize?: number;
-  /**
-   * Called after every scheduled purge.
-   * @default undefined
-   */
-  onPurge?: (result: PurgeResult) => void;
-  /**
-   * Called when a scheduled purge fails (the job keeps running). Listeners added with
-   * `addEventListener` get a `store_error` event either way.
-   * @default a warning through Nest's Logger (context `Idempotency`, one line per cause
-   * per 10 s) when no event listener is registered; the module's listeners log it otherwise
-   */
-  onPurgeError?: (error: unknown) => void;
-  /**
-   * Where a failed background purge is written when nobody else reports it (see `onPurgeError`).
-   * @default new Logger('Idempotency')
-   */
-  logger?: LoggerService;
-}
-
-/** What one purge of expired records did. */
-export interface PurgeResult {
-  /** False when another instance (or call) was purging, so this one did nothing. */
-  readonly ran: boolean;
-  /** Rows deleted. */
-  readonly deleted: number;
-}
+import type { PurgeResult, TypeOrmIdempotencyStoreOptions } from './store-options.js';
+import { checkTuning, runRecordTransaction } from './transaction.js';
 
 /** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
 const MAX_CLAIM_STATEMENTS = 5;
@@ -113,7 +34,7 @@ const MAX_CLAIM_STATEMENTS = 5;
  *
  * - `claim` is one `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <dead> RETURNING`
  *   statement, whose fallback branch returns the live existing row in the same round trip
- *   (MySQL / MariaDB: one `INSERT ... ON DUPLICATE KEY UPDATE`, see `claimMysql`).
+ *   (MySQL / MariaDB: one `INSERT ... ON DUPLICATE KEY UPDATE`): see `dialects/`.
  * - `complete`, `release` and `renew` are compare-and-set on the lease token.
  * - Expiry uses the database clock on PostgreSQL and MySQL / MariaDB, so app hosts with skewed clocks agree.
  * - `runTransactional` (used by `@Idempotent({ transactional: true })`) writes the record
@@ -124,7 +45,9 @@ const MAX_CLAIM_STATEMENTS = 5;
  * migration, or by registering `IdempotencyRecordEntity`.
  */
 export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
-  private resolvedSql: RecordSql | undefined;
+  private resolvedSql: SqlDialect | undefined;
+  /** Runs one statement on any pooled connection (made once: no closure per claim). */
+  private readonly run: RunStatement = (statement) => this.executor.run(statement);
   private readonly purgeInterval: number | undefined;
   private purgeTimer: NodeJS.Timeout | undefined;
   /** Set once a statement on the table succeeded: from then on the purge job may run. */
@@ -197,14 +120,10 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
     const sql = this.sql;
     try {
-      await withRunner(this.dataSource, sql.dialect, (runner) => runner.query(sql.probe().sql));
+      await withRunner(this.dataSource, sql.name, (runner) => runner.query(sql.probe().sql));
       // MySQL family: learn now which claim the server takes, rather than on the first request.
-      await serverRecordSql(this.dataSource, sql);
-      if (sql.dialect === 'mysql') {
-        forgetResultCapacity(this.dataSource, sql.table);
-        const capacity = await mysqlResultCapacityOf(this.dataSource, sql.table);
-        checkResultCapacity(sql.table, capacity, this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
-      }
+      const server = await serverDialect(this.dataSource, sql);
+      await server.verify?.(this.dataSource, this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
     } catch (error) {
       throw this.failure(error);
     }
@@ -222,26 +141,21 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
   async ensureTable(): Promise<void> {
-    await withRunner(this.dataSource, this.sql.dialect, async (runner) => {
-      for (const statement of recordsTableDdl(this.sql.table, this.sql.dialect)) await runner.query(statement);
+    const sql = this.sql;
+    await withRunner(this.dataSource, sql.name, async (runner) => {
+      for (const statement of sql.createTable()) await runner.query(statement);
     });
     this.becomeReady();
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     try {
-      // SQLite reads back on the same connection (under its mutex); PostgreSQL's statement
-      // answers by itself, so each attempt may take any pooled connection.
-      const executor = this.executor;
-      const dialect = this.sql.dialect;
-      const result =
-        dialect === 'sqlite'
-          ? await withRunner(this.dataSource, 'sqlite', (runner) =>
-              this.claimRounds(key, request, (statement) => executor.runOn(runner, statement)),
-            )
-          : dialect === 'mysql'
-            ? await this.claimMysql(key, request, await serverRecordSql(this.dataSource, this.sql))
-            : await this.claimRounds(key, request, (statement) => executor.run(statement));
+      const sql = this.sql;
+      // MySQL family: the variant of the server behind the DataSource (asked once).
+      const dialect = sql.forServer ? await sql.forServer(this.dataSource) : sql;
+      const result = dialect.claimSession
+        ? await dialect.claimSession(this.dataSource, this.executor, (run) => this.claimRounds(dialect, key, request, run))
+        : await this.claimRounds(dialect, key, request, this.run);
       if (!this.ready) this.becomeReady();
       return result;
     } catch (error) {
@@ -249,65 +163,20 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
   }
 
-  private async claimRounds(key: string, request: ClaimRequest, run: (statement: Statement) => Promise<SqlResult>): Promise<ClaimResult> {
-    const sql = this.sql;
-    for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
-      if (round > 0) this.retries++;
-      const { rows } = await run(sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
-      if (rows.length > 0) {
-        const row = rows[0];
-        const claimed = row.claimed === true || row.claimed === 1;
-        return claimed
-          ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
-          : { claimed: false, record: toRecord(key, row) };
-      }
-      if (sql.dialect === 'sqlite') {
-        const existing = await run(sql.read(key));
-        if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
-      }
-      // Nothing came back: the row that blocked the insert was committed after this
-      // statement's snapshot (or deleted right after). A new statement sees it.
-    }
-    throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
-  }
-
-  /**
-   * MySQL and MariaDB: one INSERT ... ON DUPLICATE KEY UPDATE claims (inserts, or takes a
-   * dead row over) or leaves the live row alone; see `mysqlRecordSql`. On MariaDB it
-   * returns the row either way; on MySQL 8 a claim shows in the insert id (the server
-   * clock it used), and a duplicate is then read with a second statement.
-   */
-  private async claimMysql(key: string, request: ClaimRequest, sql: RecordSql): Promise<ClaimResult> {
-    const executor = this.executor;
+  private async claimRounds(dialect: SqlDialect, key: string, request: ClaimRequest, run: RunStatement): Promise<ClaimResult> {
     for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
       if (round > 0) this.retries++;
       let result: SqlResult;
       try {
-        result = await executor.run(sql.claim(key, request.token, request.leaseTtl, request.fingerprint));
+        result = await run(dialect.claim(key, request.token, request.leaseTtl, request.fingerprint));
       } catch (error) {
-        // An autocommit statement that InnoDB rolled back: nothing happened, run it again.
-        if (transientLockErrorOf(error) && round < MAX_CLAIM_STATEMENTS - 1) continue;
+        if (round < MAX_CLAIM_STATEMENTS - 1 && dialect.claimMayRetry(error)) continue;
         throw error;
       }
-      if (sql.claimReturning) {
-        const row = result.rows[0];
-        if (!row) continue;
-        const record = toRecord(key, row);
-        if (record.status === 'in_progress' && record.leaseToken === request.token) return { claimed: true, record };
-        return { claimed: false, record };
-      }
-      const now = result.insertId ?? 0;
-      if (now > 0) {
-        const record = {
-          status: 'in_progress',
-          key,
-          leaseToken: request.token,
-          leaseExpiresAt: now + request.leaseTtl,
-          fingerprint: request.fingerprint,
-        } as const;
-        return { claimed: true, record };
-      }
-      const existing = await executor.run(sql.read(key));
+      const answer = dialect.claimAnswer(key, request, result);
+      if (answer === 'again') continue;
+      if (answer !== 'read') return answer;
+      const existing = await run(dialect.read(key));
       if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
       // Released, deleted or expired between the two statements: claim again.
     }
@@ -322,9 +191,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
     const sql = this.sql;
     let result = request.result;
-    if (sql.dialect === 'mysql') {
+    if (sql.storableResult) {
       try {
-        result = await storableMysqlResult(this.dataSource, sql.table, key, result, (event) => this.listeners.emit(event));
+        result = await sql.storableResult(this.dataSource, key, result, (event) => this.listeners.emit(event));
       } catch (error) {
         throw this.failure(error);
       }
@@ -355,7 +224,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async ping(): Promise<void> {
-    await withRunner(this.dataSource, this.sql.dialect, (runner) => runner.query('SELECT 1'));
+    await withRunner(this.dataSource, this.sql.name, (runner) => runner.query('SELECT 1'));
   }
 
   /**
@@ -392,35 +261,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     if (this.purging) return { ran: false, deleted: 0 };
     this.purging = true;
     try {
-      const sql = this.sql;
-      if (sql.dialect === 'sqlite') return { ran: true, deleted: await this.deleteBatches() };
-      const runner = createGuardedQueryRunner(this.dataSource);
-      try {
-        await runner.connect();
-        if (sql.dialect === 'mysql') {
-          // GET_LOCK: MySQL's and MariaDB's advisory lock, held by this session until released.
-          const lockName = purgeLockNameOf(sql.table.quoted);
-          const [{ locked }] = (await runner.query('SELECT GET_LOCK(?, 0) AS locked', [lockName])) as Array<{ locked: unknown }>;
-          if (Number(locked) !== 1) return { ran: false, deleted: 0 };
-          try {
-            return { ran: true, deleted: await this.deleteBatches(runner) };
-          } finally {
-            await runner.query('SELECT RELEASE_LOCK(?)', [lockName]);
-          }
-        }
-        const lockKey = purgeLockKeyOf(sql.table.quoted);
-        const [{ locked }] = (await runner.query('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey])) as Array<{
-          locked: boolean;
-        }>;
-        if (!locked) return { ran: false, deleted: 0 };
-        try {
-          return { ran: true, deleted: await this.deleteBatches(runner) };
-        } finally {
-          await runner.query('SELECT pg_advisory_unlock($1::bigint)', [lockKey]);
-        }
-      } finally {
-        await runner.release();
-      }
+      return await this.sql.withPurgeLock(this.dataSource, (lockHolder) => this.deleteBatches(lockHolder));
     } catch (error) {
       throw this.failure(error);
     } finally {
@@ -441,9 +282,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     await this.close();
   }
 
-  private get sql(): RecordSql {
+  private get sql(): SqlDialect {
     if (!this.resolvedSql)
-      this.resolvedSql = recordSqlFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
+      this.resolvedSql = dialectFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
     return this.resolvedSql;
   }
 
@@ -477,14 +318,13 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     }
   }
 
-  /** Batches run on `lockHolder` (PostgreSQL), or each through the SQLite mutex so claims interleave. */
-  private async deleteBatches(lockHolder?: QueryRunner): Promise<number> {
+  /** Batches run on `lockHolder` (PostgreSQL, MySQL family), or each through the SQLite mutex so claims interleave. */
+  private async deleteBatches(lockHolder: QueryRunner | undefined): Promise<number> {
+    const sql = this.sql;
     let deleted = 0;
     for (;;) {
-      const statement = this.sql.purgeBatch(this.purgeBatchSize);
-      // MySQL: the next (autocommit) statement runs under READ COMMITTED, where its range
-      // scan locks only the rows it deletes, not the gaps new claims insert into.
-      if (this.sql.dialect === 'mysql' && lockHolder) await lockHolder.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+      const statement = sql.purgeBatch(this.purgeBatchSize);
+      if (lockHolder && sql.beforePurgeBatch) await sql.beforePurgeBatch(lockHolder);
       const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
       deleted += affected;
       if (affected < this.purgeBatchSize) return deleted;
@@ -545,26 +385,4 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     this.purgeLog.warn(message, `TypeOrmIdempotencyStore: ${event.reason}: ${message}`);
   }
-}
-
-/** @internal A stable GET_LOCK name per table (the same on every instance; at most 64 characters). */
-export function purgeLockNameOf(table: string): string {
-  return 'nestjs_idem_purge_' + createHash('sha256').update(table).digest('hex').slice(0, 40);
-}
-
-/** A stable 64-bit advisory lock key per table (the same on every instance). */
-function purgeLockKeyOf(table: string): string {
-  return createHash('sha256')
-    .update('nestjs-idempotency:purge:' + table)
-    .digest()
-    .readBigInt64BE(0)
-    .toString();
-}
-
-function toRecord(key: string, row: Record<string, unknown>): IdempotencyRecord {
-  const fingerprint = row.fingerprint === null || row.fingerprint === undefined ? undefined : String(row.fingerprint);
-  if (row.status === 'completed') {
-    return { status: 'completed', key, result: completedResultOf(row.result), expiresAt: Number(row.expires_at), fingerprint };
-  }
-  return { status: 'in_progress', key, leaseToken: String(row.lease_token), leaseExpiresAt: Number(row.lease_expires_at), fingerprint };
 }

@@ -1,8 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import {
   IdempotencyConfigurationError,
-  IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
   isIdempotencyError,
@@ -11,16 +9,14 @@ import type { IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
 import type { TransactionalRequest, TransactionalResult } from '../../core/store.js';
 import { dataSourceOf } from '../internals.js';
-import { configurationErrorOf, isConnectionLoss, sqlStateOf, transientLockErrorOf } from './failures.js';
-import { MutexTimeoutError, sqliteMutexOf } from './mutex.js';
+import { serverDialect } from './dialects/registry.js';
+import { MAX_ACQUIRE_ROUNDS, type IdempotentIsolationLevel, type SqlDialect } from './dialects/sql-dialect.js';
+import { configurationErrorOf, isConnectionLoss, transientLockErrorOf } from './failures.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
-import { serverRecordSql, type RecordSql } from './record-sql.js';
-import { completedResultOf, storableMysqlResult } from './result-capacity.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
-/** Isolation levels accepted for the idempotent transaction. */
-export type IdempotentIsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+export type { IdempotentIsolationLevel } from './dialects/sql-dialect.js';
 
 /** Tuning shared by `runIdempotentTransaction` and `TypeOrmIdempotencyStore.runTransactional`. */
 export interface TransactionTuning {
@@ -56,9 +52,6 @@ export interface TransactionTuning {
   preparedStatements?: boolean;
 }
 
-/** Restarts of the acquisition phase before giving up (each one sees a newer snapshot). */
-const MAX_ACQUIRE_ROUNDS = 5;
-
 /**
  * MySQL family: how many times a transaction that InnoDB rolled back for a deadlock
  * (1213) or that ran into a lock wait timeout (1205) runs again before the caller gets
@@ -66,18 +59,28 @@ const MAX_ACQUIRE_ROUNDS = 5;
  */
 export const MAX_LOCK_RETRIES = 3;
 
-type Acquisition =
-  | { readonly kind: 'owned' }
-  | { readonly kind: 'replay'; readonly result: string }
-  | { readonly kind: 'in_flight'; readonly retryAfterMs: number }
-  | { readonly kind: 'restart' };
-
 /** What the error handler of a transaction needs to know about where an error came from. */
 interface FailureTrace {
   /** Set when `work` threw (or returned something unusable): that error is the caller's. */
   work?: { readonly error: unknown };
   /** The transaction's own connection died (TypeORM released its runner, or the rollback could not reach the server). */
   connectionLost: boolean;
+}
+
+/** One idempotent transaction: what every step of it works with. */
+interface TransactionRun<T> {
+  readonly dataSource: DataSource;
+  /** The server's variant of the dialect. */
+  readonly dialect: SqlDialect;
+  readonly executor: SqlExecutor;
+  readonly request: TransactionalRequest;
+  readonly work: (manager: EntityManager) => Promise<{ value: T; result: string }>;
+  readonly tuning: TransactionTuning;
+  /** Joins an outer idempotent transaction on the same DataSource (through a savepoint). */
+  readonly nested: boolean;
+  readonly trace: FailureTrace;
+  /** Where a retried transaction and a result that can never be stored are reported. */
+  readonly onEvent: IdempotencyEventListener | undefined;
 }
 
 /**
@@ -95,7 +98,7 @@ interface FailureTrace {
  */
 export async function runRecordTransaction<T>(
   dataSource: DataSource,
-  sql: RecordSql,
+  dialect: SqlDialect,
   request: TransactionalRequest,
   work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
   tuning: TransactionTuning = {},
@@ -105,44 +108,54 @@ export async function runRecordTransaction<T>(
   const trace: FailureTrace = { connectionLost: false };
   const nested = transactionContext.getStore()?.dataSource === dataSource;
   try {
-    const path = { sql: await serverRecordSql(dataSource, sql), executor: sqlExecutorOf(dataSource), onEvent };
-    if (path.sql.dialect !== 'mysql' || nested) return await openAndAttempt(dataSource, path, request, work, tuning, trace);
-    return await retryingLockErrors(request.key, trace, onEvent, () => openAndAttempt(dataSource, path, request, work, tuning, trace));
+    const server = await serverDialect(dataSource, dialect);
+    const run: TransactionRun<T> = {
+      dataSource,
+      dialect: server,
+      executor: sqlExecutorOf(dataSource),
+      request,
+      work,
+      tuning,
+      nested,
+      trace,
+      onEvent,
+    };
+    if (!server.retriedTransaction || nested) return await openAndAttempt(run);
+    return await retryingLockErrors(run, server.retriedTransaction);
   } catch (error) {
     // Inside an outer idempotent transaction, InnoDB rolled the OUTER one back: hand the
     // error on as it is, so the outer call recognises it and runs again.
     if (nested && transientLockErrorOf(error)) throw error;
-    throw transactionFailure(error, trace, sql);
+    throw transactionFailure(error, trace, dialect);
   }
 }
 
 /**
- * MySQL family: runs the whole transaction again when InnoDB rolled it back to break a
- * deadlock (1213) or a lock wait ran out (1205), at most MAX_LOCK_RETRIES times, after a
- * short random pause (so the transactions that deadlocked do not meet again in step).
- * Nothing of the failed attempt committed, so running the work again is safe for what it
- * wrote through the transaction. Each retry is reported as a `store_error` event.
+ * Runs the whole transaction again when the dialect says the database rolled it back only
+ * to break a conflict (MySQL family: a deadlock, 1213, or a lock wait that ran out, 1205),
+ * at most MAX_LOCK_RETRIES times, after a short random pause (so the transactions that
+ * deadlocked do not meet again in step). Nothing of the failed attempt committed, so
+ * running the work again is safe for what it wrote through the transaction. Each retry is
+ * reported as a `store_error` event.
  */
 async function retryingLockErrors<T>(
-  key: string,
-  trace: FailureTrace,
-  onEvent: IdempotencyEventListener | undefined,
-  attempt: () => Promise<T>,
-): Promise<T> {
+  run: TransactionRun<T>,
+  retried: (error: unknown) => string | undefined,
+): Promise<TransactionalResult<T>> {
+  const { request, trace, onEvent } = run;
   const startedAt = Date.now();
   for (let retry = 1; ; retry++) {
     try {
-      return await attempt();
+      return await openAndAttempt(run);
     } catch (error) {
-      const kind = transientLockErrorOf(error);
-      if (!kind || retry > MAX_LOCK_RETRIES || isIdempotencyError(error)) throw error;
+      const what = retried(error);
+      if (!what || retry > MAX_LOCK_RETRIES || isIdempotencyError(error)) throw error;
       trace.work = undefined;
       trace.connectionLost = false;
-      const what = kind === 'deadlock' ? 'InnoDB deadlock (1213)' : 'InnoDB lock wait timeout (1205)';
       try {
         onEvent?.({
           type: 'store_error',
-          key,
+          key: request.key,
           at: Date.now(),
           durationMs: Date.now() - startedAt,
           error,
@@ -156,20 +169,12 @@ async function retryingLockErrors<T>(
   }
 }
 
-/** The statements of the record and the way they reach the database. */
-interface RecordPath {
-  readonly sql: RecordSql;
-  readonly executor: SqlExecutor;
-  /** Where a result that can never be stored is reported (`response_not_storable`). */
-  readonly onEvent: IdempotencyEventListener | undefined;
-}
-
 /** @internal Refuses a `TransactionTuning` value outside the one rule for numeric options. */
 export function checkTuning(owner: string, tuning: TransactionTuning): void {
   checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
 }
 
-function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql): unknown {
+function transactionFailure(error: unknown, trace: FailureTrace, dialect: SqlDialect): unknown {
   if (isIdempotencyError(error)) return error;
   // Retries ran out (or none were allowed): still a conflict that a later retry resolves,
   // whether the record statement or the work's own met it.
@@ -179,55 +184,30 @@ function transactionFailure(error: unknown, trace: FailureTrace, sql: RecordSql)
     // that is an outage of the transaction, not something the work decided.
     return trace.connectionLost && isConnectionLoss(error) ? new IdempotencyStoreUnavailableError(error) : error;
   }
-  return configurationErrorOf(error, sql.table) ?? new IdempotencyStoreUnavailableError(error);
+  return configurationErrorOf(error, dialect.table) ?? new IdempotencyStoreUnavailableError(error);
 }
 
-async function openAndAttempt<T>(
-  dataSource: DataSource,
-  path: RecordPath,
-  request: TransactionalRequest,
-  work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
-  tuning: TransactionTuning,
-  trace: FailureTrace,
-): Promise<TransactionalResult<T>> {
-  const outer = transactionContext.getStore();
+async function openAndAttempt<T>(run: TransactionRun<T>): Promise<TransactionalResult<T>> {
+  const { dataSource, dialect } = run;
   // Nested call on the same DataSource: join the running transaction through a savepoint,
   // so the inner record commits (or rolls back) with the outer work.
-  if (outer && outer.dataSource === dataSource) {
-    return attempt(outer.queryRunner, path, request, work, tuning, true, trace);
-  }
+  if (run.nested) return attempt(run, transactionContext.getStore()!.queryRunner);
   const open = async () => {
     const runner = createGuardedQueryRunner(dataSource);
     try {
       await runner.connect();
-      return await attempt(runner, path, request, work, tuning, false, trace);
+      return await attempt(run, runner);
     } finally {
       await runner.release();
     }
   };
-  if (path.sql.dialect === 'sqlite') {
-    try {
-      return await sqliteMutexOf(dataSource).run(open, tuning.waitTimeout);
-    } catch (error) {
-      if (error instanceof MutexTimeoutError) throw new IdempotencyInFlightError(tuning.waitTimeout ?? 1_000);
-      throw error;
-    }
-  }
-  return open();
+  return dialect.serializeTransactions ? dialect.serializeTransactions(dataSource, run.tuning.waitTimeout, open) : open();
 }
 
-async function attempt<T>(
-  runner: QueryRunner,
-  path: RecordPath,
-  request: TransactionalRequest,
-  work: (manager: EntityManager) => Promise<{ value: T; result: string }>,
-  tuning: TransactionTuning,
-  nested: boolean,
-  trace: FailureTrace,
-): Promise<TransactionalResult<T>> {
-  const { sql, executor } = path;
-  const defaultIsolation = sql.dialect === 'mysql' ? undefined : 'READ COMMITTED';
-  const isolation = nested || sql.dialect === 'sqlite' ? undefined : (tuning.isolationLevel ?? defaultIsolation);
+async function attempt<T>(run: TransactionRun<T>, runner: QueryRunner): Promise<TransactionalResult<T>> {
+  const { dialect, executor, request, trace, nested } = run;
+  const isolation = nested ? undefined : dialect.isolationOf(run.tuning.isolationLevel);
+  const step = { runner, executor, request, waitTimeout: run.tuning.waitTimeout, nested };
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     if (isolation) await runner.startTransaction(isolation);
     else await runner.startTransaction();
@@ -238,10 +218,7 @@ async function attempt<T>(
       await runner.rollbackTransaction();
     };
     try {
-      const acquired =
-        sql.dialect === 'mysql'
-          ? await acquireMysql(runner, path, request, tuning.waitTimeout)
-          : await acquire(runner, path, request, tuning.waitTimeout, nested);
+      const acquired = await dialect.acquire(step);
       if (acquired.kind === 'restart') {
         await rollback();
         continue;
@@ -254,33 +231,18 @@ async function attempt<T>(
         await rollback();
         throw new IdempotencyInFlightError(acquired.retryAfterMs);
       }
-      const context = { dataSource: dataSourceOf(runner), queryRunner: runner, manager: runner.manager };
-      let outcome: { value: T; result: string };
-      try {
-        outcome = await transactionContext.run(context, () => work(runner.manager));
-        if (typeof outcome?.result !== 'string') {
-          throw new IdempotencyConfigurationError(
-            'The transactional work must return { value, result } with result a string.',
-            'A custom caller of TypeOrmIdempotencyStore.runTransactional() must serialize the result it stores; runIdempotentTransaction() does it for you.',
-          );
-        }
-      } catch (error) {
-        trace.work = { error };
-        throw error;
-      }
+      const outcome = await runWork(run, runner);
       // MySQL family: a result the table cannot take would roll the work back on every retry.
-      const result =
-        sql.dialect === 'mysql'
-          ? await storableMysqlResult(
-              dataSourceOf(runner),
-              sql.table,
-              request.key,
-              outcome.result,
-              (event) => path.onEvent?.(event),
-              (text, params) => runner.query(text, params),
-            )
-          : outcome.result;
-      const finished = await executor.runOn(runner, sql.finish(request.key, result, request.ttl));
+      const result = dialect.storableResult
+        ? await dialect.storableResult(
+            dataSourceOf(runner),
+            request.key,
+            outcome.result,
+            (event) => run.onEvent?.(event),
+            (text, params) => runner.query(text, params),
+          )
+        : outcome.result;
+      const finished = await executor.runOn(runner, dialect.finish(request.key, result, request.ttl));
       if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
       open = false;
       await runner.commitTransaction();
@@ -300,139 +262,20 @@ async function attempt<T>(
   throw new Error(`The idempotency record ${request.key} kept changing under ${MAX_ACQUIRE_ROUNDS} attempts to take it; retry later.`);
 }
 
-/**
- * Inserts the lease row first. `ON CONFLICT DO NOTHING` makes a concurrent duplicate wait
- * on the unique index until the first transaction ends: then it either inserts (the
- * first rolled back) or sees the committed record.
- */
-async function acquire(
-  runner: QueryRunner,
-  { sql, executor }: RecordPath,
-  request: TransactionalRequest,
-  waitTimeout: number | undefined,
-  nested: boolean,
-): Promise<Acquisition> {
-  const token = randomUUID();
-  for (let step = 0; step < MAX_ACQUIRE_ROUNDS; step++) {
-    const inserted = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-      executor.runOn(runner, sql.insertIfAbsent!(request.key, token, request.ttl, request.fingerprint)),
-    );
-    if (inserted === 'restart') return { kind: 'restart' };
-    if (inserted.rows.length > 0) return { kind: 'owned' };
-    const { rows } = await executor.runOn(runner, sql.readAny(request.key));
-    if (rows.length === 0) continue; // deleted in between: insert again
-    const row = rows[0];
-    const dead = row.dead === true || row.dead === 1;
-    if (dead) {
-      // A dead lease or an expired result: take it over. The row lock makes concurrent
-      // takers wait for this transaction and then find the row alive.
-      const taken = await guardRecordStatement(runner, sql, waitTimeout, nested, () =>
-        executor.runOn(runner, sql.takeOver!(request.key, token, request.ttl, request.fingerprint)),
-      );
-      if (taken === 'restart') return { kind: 'restart' };
-      if (taken.rows.length > 0) return { kind: 'owned' };
-      continue;
-    }
-    const storedFingerprint = row.fingerprint ?? undefined;
-    if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
-      throw new IdempotencyFingerprintMismatchError();
-    }
-    if (row.status === 'completed') return { kind: 'replay', result: completedResultOf(row.result) };
-    // A live lease taken through the non-transactional claim() path with the same key.
-    const leaseEnd = Number(row.lease_expires_at);
-    return { kind: 'in_flight', retryAfterMs: Math.max(1_000, leaseEnd - Date.now()) };
-  }
-  return { kind: 'restart' };
-}
-
-/**
- * MySQL and MariaDB: the store's claim statement, inside the transaction. Its INSERT ... ON
- * DUPLICATE KEY UPDATE takes the key's row lock, so a concurrent duplicate waits on it
- * until the first transaction ends; the statement then reads the committed row (a locking
- * read, whatever the isolation level), and takes it over only if it is dead. So: inserted
- * or taken over (owned), or a live row that this transaction now holds locked until it
- * rolls back at once: a completed record (replay) or a lease of the regular claim path.
- *
- * Gap locks: a key that no row holds is locked as a gap, and two duplicates that both
- * waited for a first transaction that rolled back can each hold that gap and want to
- * insert into it; InnoDB breaks that with a deadlock error for one of them, which
- * `retryingLockErrors` runs again (it then finds the other's row).
- */
-async function acquireMysql(
-  runner: QueryRunner,
-  { sql, executor }: RecordPath,
-  request: TransactionalRequest,
-  waitTimeout: number | undefined,
-): Promise<Acquisition> {
-  const token = randomUUID();
-  const statement = sql.claim(request.key, token, request.ttl, request.fingerprint);
-  let claimed;
-  if (waitTimeout === undefined) {
-    claimed = await executor.runOn(runner, statement);
-  } else {
-    // Session-wide on a pooled connection: set for this statement, then put back.
-    await runner.query('SET @nestjs_idem_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?', [
-      Math.max(1, Math.ceil(waitTimeout / 1000)),
-    ]);
-    try {
-      claimed = await executor.runOn(runner, statement);
-    } catch (error) {
-      if (transientLockErrorOf(error) === 'lock_wait_timeout') throw new IdempotencyInFlightError(waitTimeout);
-      throw error;
-    } finally {
-      await runner.query('SET SESSION innodb_lock_wait_timeout = @nestjs_idem_wait').catch(() => undefined);
-    }
-  }
-  let row: Record<string, unknown> | undefined;
-  if (sql.claimReturning) {
-    row = claimed.rows[0];
-    if (row && row.status === 'in_progress' && row.lease_token === token) return { kind: 'owned' };
-  } else {
-    if ((claimed.insertId ?? 0) > 0) return { kind: 'owned' };
-    row = (await executor.runOn(runner, sql.readAny(request.key))).rows[0];
-  }
-  if (!row) return { kind: 'restart' };
-  const storedFingerprint = row.fingerprint ?? undefined;
-  if (request.fingerprint !== undefined && storedFingerprint !== undefined && storedFingerprint !== request.fingerprint) {
-    throw new IdempotencyFingerprintMismatchError();
-  }
-  if (row.status === 'completed') return { kind: 'replay', result: completedResultOf(row.result) };
-  return { kind: 'in_flight', retryAfterMs: Math.max(1_000, Number(row.lease_expires_at) - Date.now()) };
-}
-
-/**
- * Runs one record statement of the acquisition on PostgreSQL: bounds its wait on the
- * unique index or row lock (`lock_timeout`, transaction-local) and maps a serialization
- * failure (stricter isolation levels) to a restart.
- */
-async function guardRecordStatement<R>(
-  runner: QueryRunner,
-  sql: RecordSql,
-  waitTimeout: number | undefined,
-  nested: boolean,
-  fn: () => Promise<R>,
-): Promise<R | 'restart'> {
-  if (sql.dialect !== 'postgres') return fn();
-  // A savepoint keeps a failed insert from aborting the caller's outer transaction, and
-  // rolling back to it also reverts the lock_timeout set after it.
-  if (nested) await runner.query('SAVEPOINT nestjs_idempotency_acquire');
+/** Runs the work inside the transaction's context; an error of its own is traced as the work's. */
+async function runWork<T>(run: TransactionRun<T>, runner: QueryRunner): Promise<{ value: T; result: string }> {
+  const context = { dataSource: dataSourceOf(runner), queryRunner: runner, manager: runner.manager };
   try {
-    let previous: string | undefined;
-    if (waitTimeout !== undefined) {
-      const rows = (await runner.query(`SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $1, true)`, [
-        `${Math.max(1, Math.ceil(waitTimeout))}ms`,
-      ])) as Array<{ previous: string }>;
-      previous = rows[0].previous;
+    const outcome = await transactionContext.run(context, () => run.work(runner.manager));
+    if (typeof outcome?.result !== 'string') {
+      throw new IdempotencyConfigurationError(
+        'The transactional work must return { value, result } with result a string.',
+        'A custom caller of TypeOrmIdempotencyStore.runTransactional() must serialize the result it stores; runIdempotentTransaction() does it for you.',
+      );
     }
-    const result = await fn();
-    if (previous !== undefined) await runner.query(`SELECT set_config('lock_timeout', $1, true)`, [previous]);
-    if (nested) await runner.query('RELEASE SAVEPOINT nestjs_idempotency_acquire');
-    return result;
+    return outcome;
   } catch (error) {
-    if (nested) await runner.query('ROLLBACK TO SAVEPOINT nestjs_idempotency_acquire');
-    const code = sqlStateOf(error);
-    if (code === '55P03') throw new IdempotencyInFlightError(waitTimeout ?? 1_000);
-    if ((code === '40001' || code === '40P01') && !nested) return 'restart';
+    run.trace.work = { error };
     throw error;
   }
 }

@@ -9,9 +9,9 @@ import {
   createIdempotencyRecordEntity,
   createIdempotencyRecordsMigration,
 } from '../../../lib/typeorm/index.js';
-import { assumeClaimReturning, claimReturningOf, supportsInsertReturning } from '../../../lib/typeorm/store/mysql-sql.js';
+import { assumeClaimReturning, claimReturningOf, supportsInsertReturning } from '../../../lib/typeorm/store/dialects/mysql-server.js';
 import { sqlExecutorOf } from '../../../lib/typeorm/store/sql-executor.js';
-import { purgeLockNameOf } from '../../../lib/typeorm/store/store.js';
+import { purgeLockNameOf } from '../../../lib/typeorm/store/dialects/mysql.js';
 import { uniqueName, waitUntil } from '../support.js';
 import { createMariaDataSource, mariaNowMs } from './support.js';
 

@@ -1,11 +1,12 @@
-import type { DataSource } from 'typeorm';
-import type { RecordSql, Statement, TableName } from './record-sql.js';
+import { expiryIndexNameOf, type TableName } from './records-table.js';
+import type { RecordStatements } from './sql-dialect.js';
+import type { Statement } from './statement.js';
 
 /**
  * The record statements on MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb`
  * drivers, through mysql2). Every statement is accepted by both servers; the one that
  * differs is the claim, which on MariaDB (10.5+) ends with `RETURNING` and so answers a
- * duplicate in the same round trip. `claimReturningOf` decides which, in one place.
+ * duplicate in the same round trip. `claimReturningOf` (mysql-server.ts) decides which, in one place.
  *
  * The clock is the server's: `UTC_TIMESTAMP(6)` is fixed at the start of each statement
  * (as `NOW()` is), so every mention of it in one statement is the same instant, and it is
@@ -27,8 +28,7 @@ export function mysqlQuoted(name: TableName): string {
  * The statements on a table. `returning`: the server accepts `INSERT ... RETURNING`
  * (MariaDB 10.5+), so the claim returns the row it leaves behind, whoever owns it.
  */
-export function mysqlRecordSql(name: TableName, returning: boolean): RecordSql {
-  const table: TableName = { schema: name.schema, table: name.table, quoted: mysqlQuoted(name) };
+export function mysqlStatements(table: TableName, returning: boolean): RecordStatements {
   const t = table.quoted;
   // One statement, whatever happens: the primary key makes concurrent claimers of one key
   // queue on its row lock, and ON DUPLICATE KEY UPDATE reads the latest committed row
@@ -53,9 +53,6 @@ ON DUPLICATE KEY UPDATE
   \`expires_at\` = IF(${DEAD}, ${MYSQL_NOW} + ?, \`expires_at\`)${returning ? `\nRETURNING ${COLUMNS}` : ''}`;
   const stmt = (sql: string, params: unknown[]): Statement => ({ sql, params, name: undefined });
   return {
-    dialect: 'mysql',
-    table,
-    claimReturning: returning,
     claim: (key, token, leaseTtl, fingerprint) =>
       stmt(claim, [key, token, leaseTtl, fingerprint ?? null, leaseTtl, token, leaseTtl, fingerprint ?? null, leaseTtl]),
     read: (key) => stmt(`SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ? AND \`expires_at\` > ${MYSQL_NOW}`, [key]),
@@ -95,43 +92,14 @@ WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress' AND \`l
   };
 }
 
-/** What the server said it is, per DataSource (a promise, so concurrent first calls share one query). */
-const returningByDataSource = new WeakMap<DataSource, Promise<boolean>>();
-
-/**
- * THE place where MySQL and MariaDB part ways: true when the server takes `INSERT ...
- * RETURNING` (MariaDB 10.5 and later), read once per DataSource from `SELECT VERSION()`.
- * Asked of the server rather than of `options.type`, because a `mysql` DataSource often
- * points at MariaDB. A failed query is not remembered (the next call asks again).
- */
-export function claimReturningOf(dataSource: DataSource): Promise<boolean> {
-  let known = returningByDataSource.get(dataSource);
-  if (!known) {
-    known = (async () => {
-      const rows = (await dataSource.query('SELECT VERSION() AS version')) as Array<{ version: string }>;
-      return supportsInsertReturning(String(rows[0]?.version ?? ''));
-    })();
-    returningByDataSource.set(dataSource, known);
-    known.catch(() => returningByDataSource.delete(dataSource));
-  }
-  return known;
-}
-
-/** `10.11.6-MariaDB-0+deb12u1` yes (10.5+); `8.0.36`, `8.4.3-standard` no. */
-export function supportsInsertReturning(version: string): boolean {
-  if (!/mariadb/i.test(version)) return false;
-  const [major, minor] = version.split(/[.-]/).map(Number);
-  return major > 10 || (major === 10 && minor >= 5);
-}
-
 /**
  * The DDL of the records table. `key` is binary-collated (keys differ by case; a
  * case-insensitive collation would make two keys one), `result` is MEDIUMTEXT (16 MB:
  * TEXT's 64 KB is below the default maxResponseBytes of 1 MB), and the expiry index is
  * declared inside CREATE TABLE because MySQL has no CREATE INDEX IF NOT EXISTS.
  */
-export function mysqlRecordsTableDdl(name: TableName, primaryKeyName: string, expiryIndexName: string): string[] {
-  void primaryKeyName; // MySQL names every primary key PRIMARY.
+export function mysqlRecordsTableDdl(name: TableName): string[] {
+  // MySQL names every primary key PRIMARY.
   return [
     `CREATE TABLE IF NOT EXISTS ${mysqlQuoted(name)} (
   \`key\` varchar(255) NOT NULL,
@@ -143,12 +111,12 @@ export function mysqlRecordsTableDdl(name: TableName, primaryKeyName: string, ex
   \`expires_at\` bigint NOT NULL,
   \`created_at\` bigint NOT NULL,
   PRIMARY KEY (\`key\`),
-  KEY \`${expiryIndexName}\` (\`expires_at\`)
+  KEY \`${expiryIndexNameOf(name.table)}\` (\`expires_at\`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
   ];
 }
 
-/** @internal Tests only: answer `claimReturningOf` for this DataSource without asking (to run MySQL 8's statements on MariaDB). */
-export function assumeClaimReturning(dataSource: DataSource, returning: boolean): void {
-  returningByDataSource.set(dataSource, Promise.resolve(returning));
+/** Drops what `mysqlRecordsTableDdl` creates (MySQL's indexes belong to their table). */
+export function dropMysqlRecordsTableDdl(name: TableName): string[] {
+  return [`DROP TABLE IF EXISTS ${mysqlQuoted(name)}`];
 }

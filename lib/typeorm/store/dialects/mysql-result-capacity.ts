@@ -1,9 +1,9 @@
 import type { DataSource } from 'typeorm';
-import { IdempotencyConfigurationError } from '../../core/errors.js';
-import type { IdempotencyEvent } from '../../core/events.js';
-import { serializeOutcome } from '../../core/outcome.js';
-import { mysqlQuoted } from './mysql-sql.js';
-import type { TableName } from './record-sql.js';
+import { IdempotencyConfigurationError } from '../../../core/errors.js';
+import type { IdempotencyEvent } from '../../../core/events.js';
+import { mysqlQuoted } from './mysql-statements.js';
+import { unstorableResult } from './record-row.js';
+import type { TableName } from './records-table.js';
 
 /**
  * What a MySQL / MariaDB records table and server can take in one `complete`: the
@@ -124,11 +124,6 @@ export function unstorableResultReason(result: string, capacity: ResultCapacity)
   return undefined;
 }
 
-/** What a result that can never be stored is stored as instead: duplicates then get a not-replayable error. */
-export function unstorableResult(reason: string): string {
-  return serializeOutcome({ kind: 'unstorable', reason });
-}
-
 /**
  * MySQL family: the result to store, `result` itself or, for one the table or the server
  * can never take, the not-storable outcome standing for it (`report`ed once, as a
@@ -150,17 +145,6 @@ export async function storableMysqlResult(
   if (!reason) return result;
   report({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });
   return unstorableResult(reason);
-}
-
-const LOST_RESULT = unstorableResult('the stored response was lost from the records table (its result column is empty)');
-
-/**
- * The stored result of a completed row. One without a result lost it (TypeORM's schema
- * sync drops and re-adds a column whose type changed, e.g. the 0.4 entity's TEXT result):
- * it replays as not storable, never as a reason to run the handler again.
- */
-export function completedResultOf(value: unknown): string {
-  return value === null || value === undefined ? LOST_RESULT : String(value);
 }
 
 /** Characters mysql2 escapes with a backslash (`\0 \b \t \n \r \x1a " ' \`). */
