@@ -6,6 +6,7 @@ import {
   Context,
   Field,
   GraphQLModule,
+  Info,
   Int,
   InterfaceType,
   Mutation,
@@ -113,8 +114,13 @@ class ConformanceResolver {
 
   @Mutation(() => ConfAnswer)
   @Idempotent()
-  refund(@Args('amount', { type: () => Int }) _amount: number, @Context() context: Parameters<typeof principalOf>[0]): ConfAnswer {
-    return answer('refund', context);
+  refund(
+    @Args('amount', { type: () => Int }) _amount: number,
+    @Context() context: Parameters<typeof principalOf>[0],
+    @Info() info: { path: { key: string | number } },
+  ): ConfAnswer {
+    // Aliased (`a: refund(...)`), the field answers as `refund@a`: each alias is an operation of its own.
+    return answer(info.path.key === 'refund' ? 'refund' : `refund@${info.path.key}`, context);
   }
 
   @Mutation(() => ConfAnswer)
@@ -255,7 +261,8 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
       const headers: Record<string, string> = { 'content-type': 'application/json' };
       if (key !== undefined) headers['idempotency-key'] = key;
       if (principal) headers[via === 'context.user' ? 'x-ctx-user' : 'x-user'] = principal;
-      const query = `mutation Conf($amount: Int!) { ${operation}(amount: $amount) ${SELECTIONS[operation]} }`;
+      const [field, alias] = operation.split('@');
+      const query = `mutation Conf($amount: Int!) { ${alias ? `${alias}: ` : ''}${field}(amount: $amount) ${SELECTIONS[field]} }`;
       const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables: { amount: input.amount } }) });
       const bytes = Buffer.from(await response.arrayBuffer());
       return { status: response.status, bytes, body: JSON.parse(bytes.toString('utf8')) as GqlSeen['body'] };
@@ -288,6 +295,7 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
     principals: { operation: 'refund', via: ['request.user', 'context.user'], failsClosed: true },
     operations: [
       { name: 'two mutations', a: 'refund', b: 'credit' },
+      { name: 'one mutation under two aliases (a: refund, b: refund; docs/graphql.md)', a: 'refund@a', b: 'refund@b' },
       { name: 'two resolvers whose classes share a name (RefundResolver in two modules)', a: 'v1Refund', b: 'v2Refund' },
     ],
     inputs: { operation: 'refund', pairs: [{ name: 'another argument', a: { amount: 1 }, b: { amount: 2 } }] },
