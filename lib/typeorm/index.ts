@@ -42,7 +42,7 @@ export {
   type InsertOrGetResult,
 } from './patterns/insert-or-get.js';
 export { isUniqueViolation } from './patterns/unique-violation.js';
-// The same list the root entry point offers (with IllegalStateTransitionError).
+// The same list the /state-machine entry point offers (with IllegalStateTransitionError).
 export * from './patterns/state-machine.js';
 export { applyTransition, type ApplyTransitionOptions, type TransitionOutcome } from './patterns/state-transition.js';
 export { OptimisticLockError } from './patterns/errors.js';

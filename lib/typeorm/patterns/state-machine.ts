@@ -1,5 +1,6 @@
-// Pure logic: no TypeORM import here, so the root entry point re-exports this module
-// whole (`export *`): every export of it is public, from the root and from /typeorm.
+// Pure logic: no TypeORM import here, so the `/state-machine` entry point
+// (lib/state-machine/index.ts) can offer it without the peer dependency, and /typeorm
+// re-exports it whole (`export *`): every export of it is public, from both.
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { IllegalStateTransitionError } from './errors.js';
 
