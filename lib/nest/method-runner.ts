@@ -31,8 +31,7 @@ export function callWithoutRequest(
   const runtime = (instance as Record<string, unknown> | null | undefined)?.[RUNTIME_PROPERTY] as IdempotencyRuntime | undefined;
   const owner = (instance?.constructor ?? Object) as Type<unknown>;
   const handlerName = `${owner.name}.${propertyName}`;
-  const site = { method: handler, owner, propertyName, handlerName };
-  if (isRequestHandler(site)) {
+  if (isRequestHandler(handler, owner, propertyName, handlerName)) {
     if (runtime?.service.options.enabled === false) return invoke();
     throw new IdempotencyConfigurationError(
       `@Idempotent() on ${handlerName}: this request handler was called directly, without a request, so there is no idempotency key to protect it with and it would run unprotected.`,
@@ -45,6 +44,7 @@ export function callWithoutRequest(
   let config = runtime.configs.get(handler, owner) as MethodHandlerConfig | undefined;
   if (!config) {
     try {
+      const site = { method: handler, owner, propertyName, handlerName };
       config = resolveHandlerConfig(runtime.service, transportFor(site), site, options as IdempotentOptions) as MethodHandlerConfig;
     } catch (error) {
       if (isIdempotencyError(error)) runtime.service.reportConfigurationError(handlerName, error);

@@ -44,11 +44,20 @@ export function requestTransportOf(type: string): Transport | undefined {
   return TRANSPORTS.find((transport) => transport.reach === 'request' && transport.name === type);
 }
 
+/** The verdict of `isRequestHandler`, once per method: metadata never changes after boot, and a method call asks on every call. */
+const requestHandlers = new WeakMap<Function, boolean>();
+
 /**
  * True for the methods a request reaches (HTTP routes, microservice handlers, GraphQL
  * resolvers, WebSocket gateway handlers): their key comes from the request, so a call
  * without one is no tick or job but your own code calling a handler.
  */
-export function isRequestHandler(site: HandlerSite): boolean {
-  return TRANSPORTS.some((transport) => transport.reach === 'request' && transport.recognises(site)) || isGatewayHandler(site.method);
+export function isRequestHandler(method: Function, owner: Function, propertyName: string, handlerName: string): boolean {
+  let verdict = requestHandlers.get(method);
+  if (verdict === undefined) {
+    const site: HandlerSite = { method, owner, propertyName, handlerName };
+    verdict = TRANSPORTS.some((transport) => transport.reach === 'request' && transport.recognises(site)) || isGatewayHandler(method);
+    requestHandlers.set(method, verdict);
+  }
+  return verdict;
 }
