@@ -12,7 +12,7 @@ export { IdempotencyService, type RunOptions, type RecordLocator, type StoredRes
 export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
 export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
 export type { IdempotentOptions } from './nest/idempotency.options.js';
-export type { IdempotencyModuleOptions } from './nest/idempotency.module-options.js';
+export type { IdempotencyModuleOptions, IdempotencyRuntimeClass } from './nest/idempotency.module-options.js';
 export type { IdempotentMethodOptions } from './nest/method-options.js';
 export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.adapter.js';
 export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/transports/rpc/rpc-error.js';

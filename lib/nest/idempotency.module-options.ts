@@ -1,10 +1,15 @@
 import type { LoggerService } from '@nestjs/common';
 import type { IdempotencyEventListener } from '../core/index.js';
 import type { IdempotentOptions } from './idempotency.options.js';
-// The one cycle lib/nest keeps, of types only: these options name the runtime class, whose
-// constructor takes the service, whose `options` are these (see the report on issue 25).
-import type { IdempotencyRuntime } from './idempotency.runtime.js';
-import type { IdempotencyService } from './idempotency.service.js';
+
+/**
+ * The `runtime` option: a class that extends `IdempotencyRuntime`, built by the module
+ * with its `IdempotencyService`. Typed by its shape rather than by name, because the
+ * runtime's constructor takes the service and the service holds these options: naming
+ * both here would tie the three in a circle. The module checks at boot that it extends
+ * `IdempotencyRuntime`, and refuses the application otherwise.
+ */
+export type IdempotencyRuntimeClass = new (...args: never[]) => object;
 
 /** Options of `IdempotencyModule.forRoot()`: defaults for every `@Idempotent()` handler. */
 export interface IdempotencyModuleOptions extends IdempotentOptions {
@@ -36,5 +41,5 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * own way, for every `@Idempotent()` handler of the module.
    * @default IdempotencyRuntime
    */
-  runtime?: new (service: IdempotencyService) => IdempotencyRuntime;
+  runtime?: IdempotencyRuntimeClass;
 }

@@ -63,5 +63,6 @@ function runtimeOf(service: IdempotencyService): IdempotencyRuntime {
       'Pass runtime: class MyRuntime extends IdempotencyRuntime { ... }, or leave it out.',
     );
   }
-  return new Runtime(service);
+  // Checked just above: a subclass of IdempotencyRuntime, built as the runtime is.
+  return new (Runtime as typeof IdempotencyRuntime)(service);
 }
