@@ -45,7 +45,7 @@ const MAX_CLAIM_STATEMENTS = 5;
  * migration, or by registering `IdempotencyRecordEntity`.
  */
 export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
-  private resolvedSql: SqlDialect | undefined;
+  private resolvedDialect: SqlDialect | undefined;
   /** Runs one statement on any pooled connection (made once: no closure per claim). */
   private readonly run: RunStatement = (statement) => this.executor.run(statement);
   private readonly purgeInterval: number | undefined;
@@ -81,7 +81,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** The quoted table name the store writes to. */
   get tableName(): string {
-    return this.sql.table.quoted;
+    return this.dialect.table.quoted;
   }
 
   /**
@@ -118,11 +118,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
           'from a DataSource that is already initialised (TypeOrmModule provides one).',
       );
     }
-    const sql = this.sql;
+    const dialect = this.dialect;
     try {
-      await withRunner(this.dataSource, sql.name, (runner) => runner.query(sql.probe().sql));
+      await withRunner(this.dataSource, dialect.name, (runner) => runner.query(dialect.probe().sql));
       // MySQL family: learn now which claim the server takes, rather than on the first request.
-      const server = await serverDialect(this.dataSource, sql);
+      const server = await serverDialect(this.dataSource, dialect);
       await server.verify?.(this.dataSource, this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
     } catch (error) {
       throw this.failure(error);
@@ -141,18 +141,18 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
   async ensureTable(): Promise<void> {
-    const sql = this.sql;
-    await withRunner(this.dataSource, sql.name, async (runner) => {
-      for (const statement of sql.createTable()) await runner.query(statement);
+    const dialect = this.dialect;
+    await withRunner(this.dataSource, dialect.name, async (runner) => {
+      for (const statement of dialect.createTable()) await runner.query(statement);
     });
     this.becomeReady();
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     try {
-      const sql = this.sql;
+      const base = this.dialect;
       // MySQL family: the variant of the server behind the DataSource (asked once).
-      const dialect = sql.forServer ? await sql.forServer(this.dataSource) : sql;
+      const dialect = base.forServer ? await base.forServer(this.dataSource) : base;
       const result = dialect.claimSession
         ? await dialect.claimSession(this.dataSource, this.executor, (run) => this.claimRounds(dialect, key, request, run))
         : await this.claimRounds(dialect, key, request, this.run);
@@ -189,29 +189,29 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
-    const sql = this.sql;
+    const dialect = this.dialect;
     let result = request.result;
-    if (sql.storableResult) {
+    if (dialect.storableResult) {
       try {
-        result = await sql.storableResult(this.dataSource, key, result, (event) => this.listeners.emit(event));
+        result = await dialect.storableResult(this.dataSource, key, result, (event) => this.listeners.emit(event));
       } catch (error) {
         throw this.failure(error);
       }
     }
-    return this.write(() => sql.complete(key, token, result, request.ttl));
+    return this.write(() => dialect.complete(key, token, result, request.ttl));
   }
 
   async release(key: string, token: string): Promise<boolean> {
-    return this.write(() => this.sql.release(key, token));
+    return this.write(() => this.dialect.release(key, token));
   }
 
   async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
-    return this.write(() => this.sql.renew(key, token, leaseTtl));
+    return this.write(() => this.dialect.renew(key, token, leaseTtl));
   }
 
   async get(key: string): Promise<IdempotencyRecord | undefined> {
     try {
-      const { rows } = await this.executor.run(this.sql.read(key));
+      const { rows } = await this.executor.run(this.dialect.read(key));
       if (!this.ready) this.becomeReady();
       return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
     } catch (error) {
@@ -220,11 +220,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async delete(key: string): Promise<boolean> {
-    return this.write(() => this.sql.delete(key));
+    return this.write(() => this.dialect.delete(key));
   }
 
   async ping(): Promise<void> {
-    await withRunner(this.dataSource, this.sql.name, (runner) => runner.query('SELECT 1'));
+    await withRunner(this.dataSource, this.dialect.name, (runner) => runner.query('SELECT 1'));
   }
 
   /**
@@ -238,7 +238,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   ): Promise<TransactionalResult<T>> {
     const result = await runRecordTransaction(
       this.dataSource,
-      this.sql,
+      this.dialect,
       request,
       () => work(),
       this.options,
@@ -261,7 +261,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     if (this.purging) return { ran: false, deleted: 0 };
     this.purging = true;
     try {
-      return await this.sql.withPurgeLock(this.dataSource, (lockHolder) => this.deleteBatches(lockHolder));
+      return await this.dialect.withPurgeLock(this.dataSource, (lockHolder) => this.deleteBatches(lockHolder));
     } catch (error) {
       throw this.failure(error);
     } finally {
@@ -282,10 +282,10 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     await this.close();
   }
 
-  private get sql(): SqlDialect {
-    if (!this.resolvedSql)
-      this.resolvedSql = dialectFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
-    return this.resolvedSql;
+  private get dialect(): SqlDialect {
+    if (!this.resolvedDialect)
+      this.resolvedDialect = dialectFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
+    return this.resolvedDialect;
   }
 
   private resolveTableName(): string {
@@ -304,7 +304,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** The configuration error a failure of the store's SQL stands for, or the failure itself. */
   private failure(error: unknown): unknown {
-    const table = this.resolvedSql?.table;
+    const table = this.resolvedDialect?.table;
     return (table && configurationErrorOf(error, table)) ?? error;
   }
 
@@ -320,11 +320,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** Batches run on `lockHolder` (PostgreSQL, MySQL family), or each through the SQLite mutex so claims interleave. */
   private async deleteBatches(lockHolder: QueryRunner | undefined): Promise<number> {
-    const sql = this.sql;
+    const dialect = this.dialect;
     let deleted = 0;
     for (;;) {
-      const statement = sql.purgeBatch(this.purgeBatchSize);
-      if (lockHolder && sql.beforePurgeBatch) await sql.beforePurgeBatch(lockHolder);
+      const statement = dialect.purgeBatch(this.purgeBatchSize);
+      if (lockHolder && dialect.beforePurgeBatch) await dialect.beforePurgeBatch(lockHolder);
       const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
       deleted += affected;
       if (affected < this.purgeBatchSize) return deleted;
@@ -367,7 +367,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       at: Date.now(),
       durationMs: Date.now() - startedAt,
       error,
-      reason: `the background purge of expired records in ${this.resolvedSql?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
+      reason: `the background purge of expired records in ${this.resolvedDialect?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
     };
     this.listeners.emit(event);
     if (this.options.onPurgeError) {

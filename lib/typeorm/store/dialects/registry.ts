@@ -13,10 +13,33 @@ import {
 import type { SqlDialect } from './sql-dialect.js';
 import { sqliteDialect } from './sqlite.js';
 
-/**
- * The one place that knows every dialect: which one a DataSource speaks, and the DDL of
- * each (which the migration and `recordsTableDdl` need without a store).
- */
+/** What the registry knows of one dialect module. */
+interface DialectModule {
+  /** The dialect on one table (`prepared`: PostgreSQL's prepared statements; the others ignore it). */
+  create(table: TableName, prepared: boolean): SqlDialect;
+  /** The DDL of the records table, and what drops it (the migration's `down`). */
+  createTable(name: TableName): string[];
+  dropTable(name: TableName): string[];
+  /** An unqualified table name lives in the DataSource's `schema` option (as TypeORM's own entities do). */
+  readonly usesDataSourceSchema: boolean;
+}
+
+/** The one place that lists the dialects: adding one is a module under dialects/ and a line here. */
+const DIALECTS: Record<RecordDialect, DialectModule> = {
+  postgres: {
+    create: postgresDialect,
+    createTable: quotedRecordsTableDdl,
+    dropTable: dropQuotedRecordsTableDdl,
+    usesDataSourceSchema: true,
+  },
+  mysql: { create: mysqlDialect, createTable: mysqlRecordsTableDdl, dropTable: dropMysqlRecordsTableDdl, usesDataSourceSchema: false },
+  sqlite: {
+    create: (table) => sqliteDialect(table),
+    createTable: quotedRecordsTableDdl,
+    dropTable: dropQuotedRecordsTableDdl,
+    usesDataSourceSchema: false,
+  },
+};
 
 /**
  * The DDL of the records table: one text for PostgreSQL and SQLite, another for MySQL and
@@ -24,16 +47,17 @@ import { sqliteDialect } from './sqlite.js';
  * migration can both run it safely.
  */
 export function recordsTableDdl(name: TableName, dialect: 'postgres' | 'sqlite' | 'mysql' = 'postgres'): string[] {
-  return dialect === 'mysql' ? mysqlRecordsTableDdl(name) : quotedRecordsTableDdl(name);
+  // Any other value (from JavaScript) gets the double-quoted DDL, as it always did.
+  return (DIALECTS[dialect] ?? DIALECTS.postgres).createTable(name);
 }
 
 export function dropRecordsTableDdl(name: TableName, dialect: RecordDialect): string[] {
-  return dialect === 'mysql' ? dropMysqlRecordsTableDdl(name) : dropQuotedRecordsTableDdl(name);
+  return DIALECTS[dialect].dropTable(name);
 }
 
 /** PostgreSQL tables land in the DataSource's `schema` when the name does not give one, as TypeORM's own entities do. */
 export function defaultSchemaOf(dataSource: DataSource): string | undefined {
-  return dialectOf(dataSource) === 'postgres' ? (dataSource.options as { schema?: string }).schema : undefined;
+  return DIALECTS[dialectOf(dataSource)].usesDataSourceSchema ? (dataSource.options as { schema?: string }).schema : undefined;
 }
 
 const dialectCache = new WeakMap<DataSource, Map<string, SqlDialect>>();
