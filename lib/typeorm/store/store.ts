@@ -1,7 +1,6 @@
-import { Logger } from '@nestjs/common';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
-import type { IdempotencyEvent, IdempotencyEventListener } from '../../core/events.js';
+import type { IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
 import { DEFAULT_MAX_RESPONSE_BYTES } from '../../core/defaults.js';
 import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
@@ -12,7 +11,6 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../../core/store.js';
-import { RateLimitedLog } from '../../observability/rate-limited-log.js';
 import { StoreEventListeners } from '../../core/store-events.js';
 import { dialectOf } from '../dialect.js';
 import { toRecord } from './dialects/record-row.js';
@@ -23,6 +21,7 @@ import type { Statement } from './dialects/statement.js';
 import { configurationErrorOf } from './failures.js';
 import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
 import type { PurgeResult, TypeOrmIdempotencyStoreOptions } from './store-options.js';
+import { PurgeSchedule } from './purge-schedule.js';
 import { checkTuning, runRecordTransaction } from './transaction.js';
 
 /** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
@@ -48,17 +47,14 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private resolvedDialect: SqlDialect | undefined;
   /** Runs one statement on any pooled connection (made once: no closure per claim). */
   private readonly run: RunStatement = (statement) => this.executor.run(statement);
-  private readonly purgeInterval: number | undefined;
-  private purgeTimer: NodeJS.Timeout | undefined;
+  /** The background purge, when `purgeInterval` asks for one. */
+  private readonly purgeSchedule: PurgeSchedule | undefined;
   /** Set once a statement on the table succeeded: from then on the purge job may run. */
   private ready = false;
-  private closed = false;
   private purging = false;
-  private scheduledRun: Promise<void> | undefined;
   private retries = 0;
   private lockRetries = 0;
   private readonly listeners = new StoreEventListeners();
-  private purgeLog: RateLimitedLog | undefined;
   readonly purgeBatchSize: number;
 
   constructor(
@@ -70,7 +66,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     checkTuning('TypeOrmIdempotencyStore', options);
     checkWholeNumber('TypeOrmIdempotencyStore', 'maxResultBytes', options.maxResultBytes, { example: '1_048_576' });
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
-    if (options.purgeInterval) this.purgeInterval = options.purgeInterval;
+    if (options.purgeInterval) {
+      this.purgeSchedule = new PurgeSchedule(
+        options.purgeInterval,
+        () => this.purgeExpired(),
+        options,
+        this.listeners,
+        () => this.resolvedDialect?.table.quoted,
+      );
+    }
     // The driver type and the table name are known before the DataSource is initialized:
     // refuse them here, where the stack points at the mistake, rather than at every request.
     if (dataSource?.options?.type !== undefined) {
@@ -271,10 +275,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /** Stops the purge job and waits for a run in progress. The DataSource stays open: it is yours to destroy. */
   async close(): Promise<void> {
-    this.closed = true;
-    if (this.purgeTimer) clearInterval(this.purgeTimer);
-    this.purgeTimer = undefined;
-    await this.scheduledRun;
+    await this.purgeSchedule?.stop();
   }
 
   /** Nest lifecycle hook: stops the purge job with the application. */
@@ -337,52 +338,6 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    */
   private becomeReady(): void {
     this.ready = true;
-    if (this.purgeInterval === undefined || this.purgeTimer || this.closed) return;
-    this.purgeTimer = setInterval(() => {
-      if (!this.scheduledRun) this.scheduledRun = this.scheduledPurge().finally(() => (this.scheduledRun = undefined));
-    }, this.purgeInterval);
-    this.purgeTimer.unref();
-  }
-
-  private async scheduledPurge(): Promise<void> {
-    const startedAt = Date.now();
-    let result: PurgeResult;
-    try {
-      result = await this.purgeExpired();
-    } catch (error) {
-      this.reportPurgeFailure(error, startedAt);
-      return;
-    }
-    try {
-      this.options.onPurge?.(result);
-    } catch {
-      // A throwing callback must not turn into an unhandled rejection of the timer's run.
-    }
-  }
-
-  private reportPurgeFailure(error: unknown, startedAt: number): void {
-    const event: IdempotencyEvent = {
-      type: 'store_error',
-      key: '',
-      at: Date.now(),
-      durationMs: Date.now() - startedAt,
-      error,
-      reason: `the background purge of expired records in ${this.resolvedDialect?.table.quoted ?? 'the records table'} failed; it runs again in ${this.purgeInterval} ms`,
-    };
-    this.listeners.emit(event);
-    if (this.options.onPurgeError) {
-      try {
-        this.options.onPurgeError(error);
-      } catch {
-        // Same as onPurge: the timer has nobody to hand this to.
-      }
-      return;
-    }
-    // The module's listeners log store events themselves (and obey its logger option):
-    // writing here too would print every failure twice.
-    if (this.listeners.size > 0) return;
-    this.purgeLog ??= new RateLimitedLog(this.options.logger ?? new Logger('Idempotency'));
-    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    this.purgeLog.warn(message, `TypeOrmIdempotencyStore: ${event.reason}: ${message}`);
+    this.purgeSchedule?.start();
   }
 }
