@@ -44,3 +44,4 @@ export {
   IdempotencyConfigurationError,
   IdempotencyRequestInvalidError,
 } from './core/errors.js';
+export type { CacheErrors, ErrorClass } from './core/cached-errors.js';

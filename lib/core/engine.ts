@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { ErrorClass } from './cached-errors.js';
 import {
   IdempotencyErrorCode,
   IdempotencyFingerprintMismatchError,
@@ -132,7 +133,7 @@ export class IdempotencyEngine implements LeaseOwner {
    */
   async execute<T>(request: ExecutionRequest, policy: ExecutionPolicy, fn: () => Promise<T> | T): Promise<ExecutionResult<T>> {
     const admission = await this.admit(request, policy);
-    if (admission.kind === 'replay') return { value: replayValue(admission.outcome) as T, replayed: true };
+    if (admission.kind === 'replay') return { value: replayValue(admission.outcome, policy.errorClasses) as T, replayed: true };
     if (admission.kind === 'unprotected') return { value: await fn(), replayed: false };
     const { lease } = admission;
     let value: T;
@@ -185,12 +186,12 @@ export interface ExecutionResult<T> {
 }
 
 /** Turns a stored outcome back into the value (or thrown error) of a plain function. */
-export function replayValue(outcome: StoredOutcome): unknown {
+export function replayValue(outcome: StoredOutcome, errorClasses?: readonly ErrorClass[]): unknown {
   switch (outcome.kind) {
     case 'value':
       return decodeValue(outcome.value);
     case 'error':
-      throw decodeError(outcome.error);
+      throw decodeError(outcome.error, errorClasses);
     default:
       throw new IdempotencyNotReplayableError(outcome.reason);
   }

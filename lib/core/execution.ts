@@ -1,4 +1,5 @@
 import type { IdempotencyEvent, IdempotencyEventListener, IdempotencyEventType } from './events.js';
+import type { ErrorClass } from './cached-errors.js';
 import { listenedTypesOf } from './listened-types.js';
 import { checkWholeNumber } from './options.js';
 import type { IdempotencyStore } from './store.js';
@@ -16,6 +17,8 @@ export interface ExecutionPolicy {
   readonly inFlight: InFlightStrategy;
   readonly waitTimeout: number;
   readonly cacheErrors?: (error: unknown) => boolean;
+  /** The classes a replayed cached error is rebuilt as (the classes `cacheErrors` listed). */
+  readonly errorClasses?: readonly ErrorClass[];
   readonly onStoreError: StoreErrorStrategy;
   readonly maxResponseBytes: number;
   readonly onEvent?: IdempotencyEventListener;

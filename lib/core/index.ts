@@ -10,3 +10,4 @@ export { checkExecutionPolicy } from './execution.js';
 export { Lease } from './lease.js';
 export * from './defaults.js';
 export * from './make-idempotent.js';
+export type { CacheErrors, ErrorClass } from './cached-errors.js';

@@ -1,7 +1,8 @@
 import { IdempotencyConfigurationError, IdempotencyKeyMissingError } from './errors.js';
+import type { CacheErrors } from './cached-errors.js';
 import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
-import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
+import { fingerprintOf, sha256, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
 import { checkPolicyNumbers, ENGINE_NUMBER_RULES, resolvePolicy } from './policy.js';
 import type { IdempotencyStore } from './store.js';
@@ -36,8 +37,12 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
    * @default false
    */
   fingerprint?: boolean | ((...args: A) => unknown);
-  /** Errors for which this returns true are stored and rethrown to duplicates. @default none */
-  cacheErrors?: (error: unknown) => boolean;
+  /**
+   * Errors stored and rethrown to duplicates: a predicate, or the error classes whose
+   * instances are (a listed class comes back as itself; a predicate's as the nearest
+   * built-in class of its chain, with the stored name, message and fields). @default none
+   */
+  cacheErrors?: CacheErrors;
   /** @default 'fail-closed' */
   onStoreError?: StoreErrorStrategy;
   /** Largest serialized result stored, bytes. @default 1048576 */
@@ -82,6 +87,7 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
       'Pass { scope: "charge-order" } so its keys do not collide with other wrapped functions.',
     );
   }
+  if (options.scope === undefined) claimDefaultScope(options.store, scope, fn);
   const own = { ...options, maxResponseBytes: options.maxResultBytes };
   checkPolicyNumbers(`makeIdempotent(${scope})`, own, MAKE_IDEMPOTENT_RULES);
   const engine = options.engine ?? new IdempotencyEngine();
@@ -101,4 +107,27 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
   };
   Object.defineProperty(wrapped, 'name', { value: `idempotent(${scope})` });
   return wrapped;
+}
+
+/**
+ * The default scopes (a function's name) taken on each store, with a hash of the code of
+ * the function that took each: two different functions of one name (two modules' `refund`)
+ * would share every key, the second answering with the first one's results without
+ * running. The code is compared rather than the function object, so that wrapping one
+ * function again (a factory called twice, a hot reload) stays allowed.
+ */
+const defaultScopes = new WeakMap<IdempotencyStore, Map<string, string>>();
+
+function claimDefaultScope(store: IdempotencyStore, scope: string, fn: Function): void {
+  let byScope = defaultScopes.get(store);
+  if (!byScope) defaultScopes.set(store, (byScope = new Map()));
+  const code = sha256(Function.prototype.toString.call(fn));
+  const taken = byScope.get(scope);
+  if (taken === undefined) byScope.set(scope, code);
+  else if (taken !== code) {
+    throw new IdempotencyConfigurationError(
+      `makeIdempotent(${scope}): another function named ${scope} already uses the default scope 'fn:${scope}' on this store, so a key used by one would return the other's stored result without running it.`,
+      `Give each its own scope: makeIdempotent(${scope}, { scope: 'billing.${scope}', ... }).`,
+    );
+  }
 }

@@ -1,4 +1,5 @@
 import { decodeStructured } from './structured-value-decode.js';
+import { errorChainOf, errorPrototypeFor, type ErrorClass } from './cached-errors.js';
 import { NotStorableValue, encodeStructured } from './structured-value.js';
 
 /**
@@ -28,6 +29,8 @@ export interface EncodedError {
   readonly message: string;
   /** Own enumerable properties of the error (code, status, response, ...). */
   readonly props?: Record<string, unknown>;
+  /** The constructor names of its prototype chain, nearest first (records before 0.5 have none). */
+  readonly chain?: readonly string[];
 }
 
 export type StoredOutcome =
@@ -103,14 +106,20 @@ export function encodeError(error: unknown): EncodedError {
   if (error instanceof Error) {
     const props: Record<string, unknown> = {};
     for (const key of Object.keys(error)) props[key] = (error as unknown as Record<string, unknown>)[key];
-    return { name: error.name, message: error.message, props };
+    return { name: error.name, message: error.message, props, chain: errorChainOf(error) };
   }
   return { name: 'Error', message: String(error) };
 }
 
-/** Rebuilds a cached error as a plain Error carrying the original name, message and properties. */
-export function decodeError(encoded: EncodedError): Error {
+/**
+ * Rebuilds a cached error with the original name, message and properties, on the
+ * prototype of the first class of its chain that `classes` lists (`cacheErrors:
+ * [DeclinedError]`) or that is built in (`RangeError`), else `Error`'s.
+ */
+export function decodeError(encoded: EncodedError, classes?: readonly ErrorClass[]): Error {
   const error = new Error(encoded.message);
+  const prototype = errorPrototypeFor(encoded.chain ?? [encoded.name], classes);
+  if (prototype !== Error.prototype) Object.setPrototypeOf(error, prototype);
   Object.assign(error, encoded.props ?? {});
   Object.defineProperty(error, 'name', { value: encoded.name, enumerable: false, configurable: true, writable: true });
   return error;

@@ -1,3 +1,4 @@
+import { cachedErrorClasses, cachedErrorSelector, type CacheErrors } from './cached-errors.js';
 import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 import type { IdempotencyEventListener } from './events.js';
 import type { ExecutionPolicy, InFlightStrategy, StoreErrorStrategy } from './execution.js';
@@ -15,7 +16,7 @@ export interface PolicyOptions {
   readonly leaseTtl?: number;
   readonly inFlight?: InFlightStrategy;
   readonly waitTimeout?: number;
-  readonly cacheErrors?: (error: unknown) => boolean;
+  readonly cacheErrors?: CacheErrors;
   readonly onStoreError?: StoreErrorStrategy;
   readonly maxResponseBytes?: number;
 }
@@ -80,7 +81,8 @@ export function resolvePolicy(handler: string, options: PolicyOptions, defaults:
     leaseTtl: options.leaseTtl ?? defaults.leaseTtl ?? DEFAULT_LEASE_TTL,
     inFlight: options.inFlight ?? defaults.inFlight ?? 'wait',
     waitTimeout: options.waitTimeout ?? defaults.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
-    cacheErrors: options.cacheErrors ?? defaults.cacheErrors,
+    cacheErrors: cachedErrorSelector(options.cacheErrors ?? defaults.cacheErrors),
+    errorClasses: cachedErrorClasses(options.cacheErrors ?? defaults.cacheErrors),
     onStoreError: options.onStoreError ?? defaults.onStoreError ?? 'fail-closed',
     maxResponseBytes: options.maxResponseBytes ?? defaults.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     onEvent: defaults.onEvent,

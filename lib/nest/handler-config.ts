@@ -48,7 +48,12 @@ export function resolveHandlerConfig(
       leaseTtl: options.leaseTtl,
       inFlight: options.inFlight ?? transport.defaultInFlight,
       waitTimeout: options.waitTimeout,
-      cacheErrors: options.cacheErrors ? SELECTED_BY_RUNTIME : undefined,
+      // A list of classes both selects and tells the replay which class to rebuild.
+      cacheErrors: options.cacheErrors
+        ? typeof options.cacheErrors === 'function'
+          ? SELECTED_BY_RUNTIME
+          : options.cacheErrors
+        : undefined,
       onStoreError: options.onStoreError,
       maxResponseBytes: options.maxResponseBytes,
     }),

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
+import type { CacheErrors, IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -70,11 +70,16 @@ export interface IdempotentOptions {
   /** Longest wait of `inFlight: 'wait'`, ms; past it the duplicate gets 409. @default 10000 */
   waitTimeout?: number;
   /**
-   * Errors for which this returns true are stored and replayed like a result, instead
-   * of releasing the key (e.g. `(e) => e instanceof HttpException && e.getStatus() < 500`).
+   * Errors stored and replayed like a result, instead of releasing the key: a predicate
+   * (`(e) => e instanceof HttpException && e.getStatus() < 500`), or the error classes
+   * whose instances are (`[CardDeclinedError]`). HTTP, RPC and GraphQL replay the error
+   * the caller got (status and body). In process (provider methods, jobs, events), a
+   * replay rethrows an instance of a listed class, with the stored name, message and
+   * fields; an error a predicate selected comes back as the nearest built-in class of its
+   * chain (`RangeError`, ..., else `Error`) with the stored name, message and fields.
    * @default none: every thrown error releases the key so the client may retry
    */
-  cacheErrors?: (error: unknown) => boolean;
+  cacheErrors?: CacheErrors;
   /**
    * The store is unreachable: `'fail-closed'` answers 503; `'fail-open'` runs the
    * handler without protection and reports a `store_error` event.

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { cachedErrorSelector } from '../core/cached-errors.js';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
 import { type ExecutionRequest, type Lease } from '../core/engine.js';
@@ -299,7 +300,7 @@ export class IdempotencyRuntime {
       if (abandoned) throw error;
       if (frame) frame.onCancel = undefined;
       const answer = await this.handlerFailed(context, config, call, error);
-      const cached = Boolean(config.options.cacheErrors?.(error));
+      const cached = Boolean(cachedErrorSelector(config.options.cacheErrors)?.(error));
       if (cached && frame) {
         // The error the caller gets is the one the chain ends in: stored from there.
         frame.pending = pendingUnderLease(context, config, lease, true);

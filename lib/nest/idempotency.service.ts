@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, Optional, type OnModuleDestroy } from '@nestjs/common';
 import { resolvePolicy, type PolicyDefaults, type PolicyOptions } from '../core/policy.js';
+import type { CacheErrors } from '../core/cached-errors.js';
 import {
   IdempotencyEngine,
   decodeValue,
@@ -39,7 +40,7 @@ export interface RunOptions {
   /** Material that must match when the key is reused (hashed); omit to skip the check. */
   fingerprint?: unknown;
   /** @default the module's cacheErrors */
-  cacheErrors?: (error: unknown) => boolean;
+  cacheErrors?: CacheErrors;
 }
 
 /** A stored result as `IdempotencyService.decodeResult` reads it (support tooling). */

@@ -5,12 +5,13 @@ import {
   isTransactionalStore,
   type IdempotencyStore,
 } from '../core/index.js';
+import { isCacheErrorsOption } from '../core/cached-errors.js';
 import { checkWholeNumber, shown } from '../core/options.js';
 import { checkPolicyNumbers, type PolicyNumberRules } from '../core/policy.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 
 const STORE_METHODS = ['claim', 'complete', 'release', 'renew', 'get', 'delete'] as const;
-const FUNCTION_OPTIONS = ['key', 'scope', 'cacheErrors'] as const;
+const FUNCTION_OPTIONS = ['key', 'scope'] as const;
 const BOOLEAN_OPTIONS = ['required', 'transactional', 'ack'] as const;
 
 /** How `@Idempotent()` and `IdempotencyModule.forRoot()` word and bound their numbers. */
@@ -63,6 +64,12 @@ export function validateIdempotentOptions(
     const value = options[name];
     if (value !== undefined && typeof value !== 'function')
       fail(`${name} must be a function, got ${typeof value}.`, `Pass ${name}: (context) => ... or leave it out.`);
+  }
+  if (options.cacheErrors !== undefined && !isCacheErrorsOption(options.cacheErrors)) {
+    fail(
+      `cacheErrors must be a function or a list of error classes, got ${shown(options.cacheErrors)}.`,
+      'Pass cacheErrors: (error) => boolean, or cacheErrors: [CardDeclinedError], or leave it out.',
+    );
   }
   if (options.fingerprint !== undefined && options.fingerprint !== false && typeof options.fingerprint !== 'function') {
     fail('fingerprint must be false or a function.', 'Pass fingerprint: (context) => material, or false to turn the check off.');

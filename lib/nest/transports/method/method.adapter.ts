@@ -167,8 +167,8 @@ export class MethodAdapter implements Transport<MethodHandlerConfig> {
     return { kind: 'error', error: encodeError(error) };
   }
 
-  replay(_context: ExecutionContext, outcome: StoredOutcome, _config: ResolvedHandlerConfig): unknown {
-    return replayValue(outcome);
+  replay(_context: ExecutionContext, outcome: StoredOutcome, config: ResolvedHandlerConfig): unknown {
+    return replayValue(outcome, config.policy.errorClasses);
   }
 
   toTransportError(_context: ExecutionContext, error: IdempotencyError): unknown {
