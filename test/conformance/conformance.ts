@@ -88,10 +88,10 @@ export interface ConformanceDriver<I, S> {
    * in an application of their own: its boot must be refused with a configuration error
    * naming the fix, or the two must keep apart under one key.
    */
-  readonly sameClassNames?: {
+  readonly sameClassNames?: ReadonlyArray<{
     readonly name: string;
     boot(store: ConformanceStore): Promise<SameNamesApp<S>>;
-  };
+  }>;
   readonly inputs:
     { readonly operation: string; readonly pairs: ReadonlyArray<{ readonly name: string; readonly a: I; readonly b: I }> } | NotApplicable;
   readonly replays: ReadonlyArray<ReplayCase<I, S>>;
@@ -213,8 +213,7 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
           expect({ a: driver.runs(pair.a) - beforeA, b: driver.runs(pair.b) - beforeB }).toEqual({ a: 1, b: 1 });
         });
       }
-      const sameNames = driver.sameClassNames;
-      if (sameNames) {
+      for (const sameNames of driver.sameClassNames ?? []) {
         it(`${sameNames.name}, default scope: refused at boot with a configuration error, or kept apart`, async () => {
           let app: SameNamesApp<S>;
           try {

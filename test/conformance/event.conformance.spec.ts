@@ -129,16 +129,18 @@ const driver: ConformanceDriver<unknown, Seen> = {
     },
     { name: 'listeners of two events', a: 'credited', b: 'billing.receipt' },
   ],
-  sameClassNames: {
-    name: 'two listeners named ReceiptListener.onPaid in two modules',
-    async boot(store) {
-      const context = await start(store, [receiptModule('one', false), receiptModule('two', false)]);
-      return {
-        call: (which, key) => seen(() => emit(context, which === 'a' ? 'one.receipt' : 'two.receipt', { ref: key, input: {} })),
-        close: () => context.close(),
-      };
+  sameClassNames: [
+    {
+      name: 'two listeners named ReceiptListener.onPaid in two modules',
+      async boot(store) {
+        const context = await start(store, [receiptModule('one', false), receiptModule('two', false)]);
+        return {
+          call: (which, key) => seen(() => emit(context, which === 'a' ? 'one.receipt' : 'two.receipt', { ref: key, input: {} })),
+          close: () => context.close(),
+        };
+      },
     },
-  },
+  ],
   inputs: { operation: 'credited', pairs: IN_PROCESS_INPUT_PAIRS },
   replays: richReplays('rich', (kind) => kind),
   refusals: { operation: 'credited', missingKey: true },

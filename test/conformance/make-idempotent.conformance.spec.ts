@@ -1,9 +1,10 @@
-import { makeIdempotent, type IdempotencyStore } from '../../lib/index.js';
+import { makeIdempotent, type IdempotencyStore, type MakeIdempotentOptions } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   DeclinedError,
   IN_PROCESS_INPUT_PAIRS,
+  CACHED_CLASSES,
   cachedErrorReplay,
   cachesDeclined,
   RICH_VALUES,
@@ -26,14 +27,20 @@ const effects = new Effects();
 const hold = new Hold();
 
 /** Two modules of an application that each wrap a function named `refund` (the default scope is the function's name). */
-function billingRefund() {
+function billingRefund(operation = 'billing.refund') {
   return async function refund(ask: Ask, _input: unknown) {
-    return { operation: 'billing.refund', principal: ask.tenant, run: effects.hit('billing.refund') };
+    return { operation, principal: ask.tenant, run: effects.hit(operation) };
   };
 }
-function shippingRefund() {
+function shippingRefund(operation = 'shipping.refund') {
   return async function refund(ask: Ask, _input: unknown) {
-    return { operation: 'shipping.refund', principal: ask.tenant, run: effects.hit('shipping.refund') };
+    return { principal: ask.tenant, run: effects.hit(operation), operation };
+  };
+}
+/** One factory, two areas: two functions named `refund` whose code is the same text. */
+function refundFor(area: string) {
+  return async function refund(ask: Ask, _input: unknown) {
+    return { operation: `${area}.refund`, principal: ask.tenant, run: effects.hit(`${area}.refund`) };
   };
 }
 async function credit(ask: Ask, _input: unknown) {
@@ -47,32 +54,53 @@ async function held(ask: Ask, _input: unknown) {
 async function decline(_ask: Ask, _input: unknown): Promise<never> {
   throw new DeclinedError(effects.hit('decline'));
 }
+async function declineByPredicate(_ask: Ask, _input: unknown): Promise<never> {
+  throw new DeclinedError(effects.hit('declineByPredicate'));
+}
 async function rich(_ask: Ask, kind: unknown) {
   return RICH_VALUES[kind as string](effects.hit('rich'));
 }
 
 let functions: Record<string, (ask: Ask, input: unknown) => Promise<unknown>> = {};
 
-function wrap(store: IdempotencyStore, fn: (ask: Ask, input: unknown) => Promise<unknown>, inFlight: 'wait' | 'reject' = 'wait') {
+type Fn = (ask: Ask, input: unknown) => Promise<unknown>;
+
+/** `scope` given (the two `refund`s of the application need one each), else the default: the function's name. */
+function wrap(store: IdempotencyStore, fn: Fn, options: Partial<MakeIdempotentOptions<[Ask, unknown]>> = {}) {
   return makeIdempotent(fn, {
     store,
     key: (ask: Ask) => keyOfAsk(ask) as string,
     fingerprint: true,
-    inFlight,
-    cacheErrors: cachesDeclined,
+    cacheErrors: CACHED_CLASSES,
+    ...options,
   });
+}
+
+/** Two functions named `refund`, default scopes, one store: refused when wrapped, or kept apart. */
+function sameNames(name: string, a: Fn, b: Fn) {
+  return {
+    name,
+    async boot(store: IdempotencyStore) {
+      const wrapped = { a: wrap(store, a), b: wrap(store, b) };
+      return {
+        call: (which: 'a' | 'b', key: string) => seen(() => wrapped[which]({ ref: key }, {})),
+        close: async () => undefined,
+      };
+    },
+  };
 }
 
 const driver: ConformanceDriver<unknown, Seen> = {
   entry: 'make-idempotent',
   async boot(store) {
     functions = {
-      'billing.refund': wrap(store, billingRefund()),
-      'shipping.refund': wrap(store, shippingRefund()),
+      'billing.refund': wrap(store, billingRefund(), { scope: 'billing.refund' }),
+      'shipping.refund': wrap(store, shippingRefund(), { scope: 'shipping.refund' }),
       credit: wrap(store, credit),
       rich: wrap(store, rich),
-      held: wrap(store, held, 'reject'),
+      held: wrap(store, held, { inFlight: 'reject' }),
       decline: wrap(store, decline),
+      declineByPredicate: wrap(store, declineByPredicate, { cacheErrors: cachesDeclined }),
     };
   },
   async close() {},
@@ -84,11 +112,19 @@ const driver: ConformanceDriver<unknown, Seen> = {
   input: { amount: 10 },
   principals: { operation: 'credit', via: ['the key (the tenant in the key function)'] },
   operations: [
-    { name: 'two functions (refund, refund) that share a name, from two modules, one store', a: 'billing.refund', b: 'shipping.refund' },
+    { name: 'two functions named refund, from two modules, each with its scope', a: 'billing.refund', b: 'shipping.refund' },
     { name: 'two functions', a: 'credit', b: 'billing.refund' },
   ],
+  sameClassNames: [
+    sameNames('two functions named refund from two modules', billingRefund('one.refund'), shippingRefund('two.refund')),
+    sameNames('two functions named refund made by one factory (the same code) for two areas', refundFor('one'), refundFor('two')),
+  ],
   inputs: { operation: 'credit', pairs: IN_PROCESS_INPUT_PAIRS },
-  replays: [...richReplays('rich', (kind) => kind), cachedErrorReplay('decline', {})],
+  replays: [
+    ...richReplays('rich', (kind) => kind),
+    cachedErrorReplay('decline', {}, DeclinedError, 'its class'),
+    cachedErrorReplay('declineByPredicate', {}, RangeError, 'a predicate'),
+  ],
   refusals: { operation: 'credit', missingKey: true },
   inFlight: { operation: 'held', hold: hold.hold },
 };

@@ -138,21 +138,23 @@ export function scheduleDriver(kind: ScheduleKind): ConformanceDriver<undefined,
     operations: [
       { name: 'two jobs whose classes share a name (SettlementJob in two modules), each with its name', a: 'billing', b: 'shipping' },
     ],
-    sameClassNames: {
-      name: 'two jobs named SettlementJob.run in two modules, without a schedule name',
-      async boot(store): Promise<SameNamesApp<ScheduleSeen>> {
-        const one = jobModule(kind, effects, log, undefined, 'one');
-        const two = jobModule(kind, effects, log, undefined, 'two');
-        const ambiguous = await start(store, [one.module, two.module]);
-        return {
-          async call(which, key) {
-            await ticks.enter(key);
-            return tick(ambiguous, (which === 'a' ? one : two).job, log);
-          },
-          close: () => ambiguous.close(),
-        };
+    sameClassNames: [
+      {
+        name: 'two jobs named SettlementJob.run in two modules, without a schedule name',
+        async boot(store): Promise<SameNamesApp<ScheduleSeen>> {
+          const one = jobModule(kind, effects, log, undefined, 'one');
+          const two = jobModule(kind, effects, log, undefined, 'two');
+          const ambiguous = await start(store, [one.module, two.module]);
+          return {
+            async call(which, key) {
+              await ticks.enter(key);
+              return tick(ambiguous, (which === 'a' ? one : two).job, log);
+            },
+            close: () => ambiguous.close(),
+          };
+        },
       },
-    },
+    ],
     inputs: { notApplicable: 'a tick has no input: its fingerprint is off (method-runner.ts), its key is the tick' },
     replays: [
       {

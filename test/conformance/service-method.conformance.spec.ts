@@ -6,6 +6,7 @@ import { Hold, describeTransportConformance, type ConformanceDriver } from './co
 import {
   DeclinedError,
   IN_PROCESS_INPUT_PAIRS,
+  CACHED_CLASSES,
   cachedErrorReplay,
   cachesDeclined,
   RICH_VALUES,
@@ -48,9 +49,14 @@ function refundModule(area: string, scoped = true) {
       return value;
     }
 
-    @Idempotent({ key: keyOfAsk, scope: scope('decline'), cacheErrors: cachesDeclined })
+    @Idempotent({ key: keyOfAsk, scope: scope('decline'), cacheErrors: CACHED_CLASSES })
     async decline(_ask: Ask, _input: unknown): Promise<never> {
       throw new DeclinedError(effects.hit(`${area}.decline`));
+    }
+
+    @Idempotent({ key: keyOfAsk, scope: scope('declineByPredicate'), cacheErrors: cachesDeclined })
+    async declineByPredicate(_ask: Ask, _input: unknown): Promise<never> {
+      throw new DeclinedError(effects.hit(`${area}.declineByPredicate`));
     }
 
     @Idempotent({ key: keyOfAsk, scope: scope('rich') })
@@ -95,28 +101,34 @@ const driver: ConformanceDriver<unknown, Seen> = {
     { name: 'two providers whose classes share a name (RefundService in two modules)', a: 'billing.refund', b: 'shipping.refund' },
     { name: 'two methods of one provider', a: 'billing.refund', b: 'billing.credit' },
   ],
-  sameClassNames: {
-    name: 'two providers named RefundService in two modules',
-    async boot(store) {
-      const one = refundModule('one', false);
-      const two = refundModule('two', false);
-      @Module({ imports: [IdempotencyModule.forRoot({ store, logger: false, isGlobal: true }), one.FeatureModule, two.FeatureModule] })
-      class AmbiguousModule {}
-      const ambiguous = await NestFactory.createApplicationContext(AmbiguousModule, { logger: false, abortOnError: false });
-      try {
-        await ambiguous.init();
-      } catch (error) {
-        await ambiguous.close().catch(() => undefined);
-        throw error;
-      }
-      return {
-        call: (which, key) => seen(() => ambiguous.get(which === 'a' ? one.RefundService : two.RefundService).refund({ ref: key }, {})),
-        close: () => ambiguous.close(),
-      };
+  sameClassNames: [
+    {
+      name: 'two providers named RefundService in two modules',
+      async boot(store) {
+        const one = refundModule('one', false);
+        const two = refundModule('two', false);
+        @Module({ imports: [IdempotencyModule.forRoot({ store, logger: false, isGlobal: true }), one.FeatureModule, two.FeatureModule] })
+        class AmbiguousModule {}
+        const ambiguous = await NestFactory.createApplicationContext(AmbiguousModule, { logger: false, abortOnError: false });
+        try {
+          await ambiguous.init();
+        } catch (error) {
+          await ambiguous.close().catch(() => undefined);
+          throw error;
+        }
+        return {
+          call: (which, key) => seen(() => ambiguous.get(which === 'a' ? one.RefundService : two.RefundService).refund({ ref: key }, {})),
+          close: () => ambiguous.close(),
+        };
+      },
     },
-  },
+  ],
   inputs: { operation: 'billing.refund', pairs: IN_PROCESS_INPUT_PAIRS },
-  replays: [...richReplays('billing.rich', (kind) => kind), cachedErrorReplay('billing.decline', {})],
+  replays: [
+    ...richReplays('billing.rich', (kind) => kind),
+    cachedErrorReplay('billing.decline', {}, DeclinedError, 'its class'),
+    cachedErrorReplay('billing.declineByPredicate', {}, RangeError, 'a predicate'),
+  ],
   refusals: { operation: 'billing.refund', missingKey: true },
   inFlight: { operation: 'billing.held', hold: hold.hold },
 };
