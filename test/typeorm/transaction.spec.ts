@@ -247,7 +247,20 @@ describe('exactly-once transactions on PostgreSQL', () => {
 
   describe('when the connection of the transaction is cut (pg_terminate_backend)', () => {
     /** Ends the transaction's backend from another session and waits until the server has let it go. */
+    /** Backends these tests cut, whose clients must have left the pool before the next test draws one. */
+    const terminated = new Set<number>();
+    afterEach(async () => {
+      // A cut client leaves pg's pool when its connection's end is read, which can come
+      // after the runner released it: the next test would otherwise draw a dead client.
+      const pool = (dataSource.driver as unknown as { master: { _clients: Array<{ processID: number | null }> } }).master;
+      await waitUntil(async () => !pool._clients.some((client) => client.processID !== null && terminated.has(client.processID)), {
+        what: 'the pool to drop the clients of the cut backends',
+      });
+      terminated.clear();
+    });
+
     async function terminate(pid: number) {
+      terminated.add(pid);
       await dataSource.query('SELECT pg_terminate_backend($1)', [pid]);
       await waitUntil(async () => (await dataSource.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0, {
         what: `backend ${pid} to end`,
