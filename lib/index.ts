@@ -20,7 +20,7 @@ export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/transpor
 // Stores: the contract for your own, and the embedded default.
 export { IdempotencyStore, type ClaimRequest, type CompleteRequest } from './core/store.js';
 export type { IdempotencyRecord, ClaimResult } from './core/record.js';
-export { MemoryIdempotencyStore } from './stores/memory.store.js';
+export { MemoryIdempotencyStore } from './core/memory.store.js';
 
 // Plain functions.
 export { makeIdempotent, type MakeIdempotentOptions, type IdempotentFunction } from './core/make-idempotent.js';

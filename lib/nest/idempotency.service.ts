@@ -16,7 +16,7 @@ import {
   type InFlightStrategy,
 } from '../core/index.js';
 import { combineListeners } from '../observability/combine-listeners.js';
-import { MemoryIdempotencyStore } from '../stores/memory.store.js';
+import { MemoryIdempotencyStore } from '../core/memory.store.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
 import { IdempotencyLog } from './idempotency.logger.js';
 import { scopeOf } from './operation.js';

@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { createServer } from 'node:net';
 import { MemoryIdempotencyStore, makeIdempotent } from '../../lib/index.js';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
-import { IDEMPOTENCY_ATTRIBUTES, createOpenTelemetryListener } from '../../lib/observability/opentelemetry.js';
+import { IDEMPOTENCY_ATTRIBUTES, createOpenTelemetryListener } from '../../lib/opentelemetry/index.js';
 import { createHttpApp } from '../nest/http-app.js';
 import { AsyncLocalStorageContextManager } from './async-context-manager.js';
 

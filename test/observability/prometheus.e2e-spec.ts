@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Registry } from 'prom-client';
 import request from 'supertest';
 import { MemoryIdempotencyStore, type IdempotencyEvent } from '../../lib/index.js';
-import { createPrometheusListener } from '../../lib/observability/prometheus.js';
+import { createPrometheusListener } from '../../lib/prometheus/index.js';
 import { createHttpApp, sleep, type Effects } from '../nest/http-app.js';
 import { sampleValue } from './metrics-scrape.js';
 

@@ -1,9 +1,9 @@
-import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from '../core/record.js';
-import type { IdempotencyEventListener } from '../core/events.js';
-import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
-import { ExpiringMap } from '../core/expiring-map.js';
-import { StoreEventListeners } from '../core/store-events.js';
-import { checkWholeNumber } from '../core/options.js';
+import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from './record.js';
+import type { IdempotencyEventListener } from './events.js';
+import type { ClaimRequest, CompleteRequest, IdempotencyStore } from './store.js';
+import { ExpiringMap } from './expiring-map.js';
+import { StoreEventListeners } from './store-events.js';
+import { checkWholeNumber } from './options.js';
 
 export interface MemoryIdempotencyStoreOptions {
   /**

@@ -1,5 +1,5 @@
 import { IdempotencyConfigurationError } from '../../lib/core/errors.js';
-import { MemoryIdempotencyStore } from '../../lib/stores/memory.store.js';
+import { MemoryIdempotencyStore } from '../../lib/core/memory.store.js';
 import { describeStoreContract } from '../../lib/testing/store-contract.js';
 
 describeStoreContract('MemoryIdempotencyStore', async () => ({ store: new MemoryIdempotencyStore() }));
