@@ -1,8 +1,8 @@
 /**
  * `nestjs-idempotency/state-machine`: explicit lifecycle transitions, plain logic with no
  * peer dependency. `applyTransition` (from `nestjs-idempotency/typeorm`) applies one to a
- * row with a version check. The code lives beside it in lib/typeorm/patterns/state-machine.ts
- * (which imports nothing of TypeORM), and /typeorm offers the same list.
+ * row with a version check, and /typeorm offers the same list. The code lives here
+ * (state-machine.ts imports nothing of TypeORM); lib/typeorm's patterns use it.
  */
 export {
   defineStateMachine,
@@ -12,4 +12,4 @@ export {
   type StateOf,
   type TransitionDecision,
   type TransitionTable,
-} from '../typeorm/patterns/state-machine.js';
+} from './state-machine.js';

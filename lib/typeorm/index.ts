@@ -43,6 +43,6 @@ export {
 } from './patterns/insert-or-get.js';
 export { isUniqueViolation } from './patterns/unique-violation.js';
 // The same list the /state-machine entry point offers (with IllegalStateTransitionError).
-export * from './patterns/state-machine.js';
+export * from '../state-machine/state-machine.js';
 export { applyTransition, type ApplyTransitionOptions, type TransitionOutcome } from './patterns/state-transition.js';
 export { OptimisticLockError } from './patterns/errors.js';

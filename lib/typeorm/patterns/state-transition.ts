@@ -3,7 +3,7 @@ import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { OptimisticLockError } from './errors.js';
 import { findLatestRow } from './latest-row.js';
 import { primaryWhere, versionColumnOf, type EntityChanges, type EntityId } from './optimistic-lock.js';
-import type { StateMachine } from './state-machine.js';
+import type { StateMachine } from '../../state-machine/state-machine.js';
 
 /** Options of `applyTransition`. */
 export interface ApplyTransitionOptions<T extends ObjectLiteral> {

@@ -1,8 +1,8 @@
 // Pure logic: no TypeORM import here, so the `/state-machine` entry point
 // (lib/state-machine/index.ts) can offer it without the peer dependency, and /typeorm
 // re-exports it whole (`export *`): every export of it is public, from both.
-import { IdempotencyConfigurationError } from '../../core/errors.js';
-import { IllegalStateTransitionError } from './errors.js';
+import { IdempotencyConfigurationError } from '../core/errors.js';
+import { IllegalStateTransitionError } from './state-machine-error.js';
 
 export { IllegalStateTransitionError };
 
