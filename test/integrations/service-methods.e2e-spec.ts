@@ -286,28 +286,6 @@ describe('@Idempotent() on provider methods: boot-time validation', () => {
       await app.close();
     }
   });
-
-  it('types key by the method it decorates', () => {
-    class Typed {
-      @Idempotent({ key: (refund: RefundRequest) => refund.id })
-      async ok(refund: RefundRequest) {
-        return refund.amount;
-      }
-
-      // The key may read the first parameters only.
-      @Idempotent({ key: (id: string) => id })
-      async more(id: string, amount: number) {
-        return `${id}:${amount}`;
-      }
-
-      // @ts-expect-error the key reads a RefundRequest, the method takes a string
-      @Idempotent({ key: (refund: RefundRequest) => refund.id })
-      async wrong(id: string) {
-        return id;
-      }
-    }
-    expect(Typed).toBeDefined();
-  });
 });
 
 describe('@Idempotent({ key }) on a provider method: two applications sharing Redis', () => {
