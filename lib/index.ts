@@ -18,7 +18,7 @@ export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.a
 export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/transports/rpc/rpc-error.js';
 
 // Stores: the contract for your own, and the embedded default.
-export { IdempotencyStore, type ClaimRequest, type CompleteRequest } from './core/store.js';
+export { IdempotencyStore, type ClaimRequest, type CompleteRequest, type StoreRequirements } from './core/store.js';
 export type { IdempotencyRecord, ClaimResult } from './core/record.js';
 export { MemoryIdempotencyStore } from './core/memory.store.js';
 

@@ -41,6 +41,12 @@ export interface CompleteRequest {
  * Run `describeStoreContract()` from `nestjs-idempotency/testing` against your own
  * implementation to check it.
  */
+/** What the handlers that use a store need of it, as `IdempotencyModule` tells `verify()` at boot. */
+export interface StoreRequirements {
+  /** The largest serialized result one of them may store, bytes (their largest `maxResponseBytes`). */
+  readonly maxResponseBytes?: number;
+}
+
 export interface IdempotencyStore {
   claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
   complete(key: string, token: string, request: CompleteRequest): Promise<boolean>;
@@ -58,8 +64,9 @@ export interface IdempotencyStore {
    * the store can never work as configured (its table does not exist, its driver is not
    * supported): `app.init()` then rejects with that message. Any other error means the
    * store is only unreachable for now; it is logged and the application still starts.
+   * `requirements` says what the handlers that use the store need of it.
    */
-  verify?(): Promise<void>;
+  verify?(requirements?: StoreRequirements): Promise<void>;
   /**
    * Optional: lets the module hear what the store does on its own, outside any request
    * (the memory store evicting an unexpired result, a failed background purge), so those

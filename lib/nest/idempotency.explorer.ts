@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { IdempotencyConfigurationError, isIdempotencyError, type IdempotencyStore } from '../core/index.js';
+import { DEFAULT_MAX_RESPONSE_BYTES, IdempotencyConfigurationError, isIdempotencyError, type IdempotencyStore } from '../core/index.js';
 import { resolveHandlerConfig, validateModuleOptions } from './handler-config.js';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './idempotency.options.js';
@@ -46,7 +46,10 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     } catch (error) {
       throw this.report('IdempotencyModule.forRoot()', error);
     }
-    const stores = new Set<IdempotencyStore>([this.service.store]);
+    // Each store with the largest result its handlers may store, for its boot check.
+    const stores = new Map<IdempotencyStore, number>([
+      [this.service.store, this.service.options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES],
+    ]);
     // Per boot of this application: two applications in one process never see each other's methods here.
     const scopes = new MethodScopes();
     const served = new Set<Transport>();
@@ -75,7 +78,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
           throw this.report(site.handlerName, error);
         }
         served.add(transport);
-        stores.add(config.policy.store);
+        const store = config.policy.store;
+        stores.set(store, Math.max(stores.get(store) ?? 0, config.policy.maxResponseBytes));
         if (transport.reach !== 'method') continue;
         // A method without a request: a provider method, an event listener, a BullMQ processor, a schedule.
         scopes.add({
@@ -99,9 +103,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       const instances = this.discovery.getProviders().map((wrapper) => wrapper.instance as unknown);
       for (const transport of served) transport.boot?.(instances);
     }
-    for (const store of stores) {
+    for (const [store, maxResponseBytes] of stores) {
       this.service.watchStore(store);
-      await this.verify(store);
+      await this.verify(store, maxResponseBytes);
     }
   }
 
@@ -169,10 +173,10 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   }
 
   /** A store that can never work stops the boot; one that is only unreachable now is logged (requests get 503 until it answers). */
-  private async verify(store: IdempotencyStore): Promise<void> {
+  private async verify(store: IdempotencyStore, maxResponseBytes: number): Promise<void> {
     if (typeof store.verify !== 'function') return;
     try {
-      await store.verify();
+      await store.verify({ maxResponseBytes });
     } catch (error) {
       if (isIdempotencyError(error) && error.code === 'IDEMPOTENCY_CONFIGURATION_ERROR') throw this.report(store.constructor.name, error);
       this.service.log.warn(

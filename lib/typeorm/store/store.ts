@@ -7,6 +7,7 @@ import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
 import type {
   ClaimRequest,
   CompleteRequest,
+  StoreRequirements,
   TransactionalIdempotencyStore,
   TransactionalRequest,
   TransactionalResult,
@@ -112,7 +113,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * the store's columns); rethrows anything else (the database is unreachable for now).
    * Starts the purge job once it passes.
    */
-  async verify(): Promise<void> {
+  async verify(requirements?: StoreRequirements): Promise<void> {
     if (!this.dataSource.isInitialized) {
       // Every statement would fail with "Driver not Connected" until someone initialises
       // it, and requests would read that as an outage (503) worth retrying.
@@ -127,7 +128,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       await withRunner(this.dataSource, dialect.name, (runner) => runner.query(dialect.probe().sql));
       // MySQL family: learn now which claim the server takes, rather than on the first request.
       const server = await serverDialect(this.dataSource, dialect);
-      await server.verify?.(this.dataSource, this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES);
+      // The table must hold the largest result any handler of this store may store.
+      const bytes = Math.max(this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES, requirements?.maxResponseBytes ?? 0);
+      await server.verify?.(this.dataSource, bytes);
     } catch (error) {
       throw this.failure(error);
     }

@@ -1,5 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
 import type { DataSource } from 'typeorm';
+import { IdempotencyModule } from '../../../lib/index.js';
 import { IdempotencyConfigurationError, IdempotencyNotReplayableError } from '../../../lib/core/errors.js';
 import type { IdempotencyEvent } from '../../../lib/core/events.js';
 import { makeIdempotent } from '../../../lib/core/make-idempotent.js';
@@ -112,6 +115,20 @@ describe('records that the MariaDB table or server cannot hold', () => {
     )) as IdempotencyConfigurationError;
     expect(error).toBeInstanceOf(IdempotencyConfigurationError);
     expect(error.hint).toContain('MODIFY `result` LONGTEXT');
+  });
+
+  it("the application's boot refuses a table too small for the module's maxResponseBytes, without maxResultBytes on the store", async () => {
+    const table = await createTable(dataSource);
+    const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
+    @Module({ imports: [IdempotencyModule.forRoot({ store, maxResponseBytes: 17 * 1024 * 1024, logger: false })] })
+    class AppModule {}
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false, abortOnError: false }).catch(
+      (error: unknown) => error,
+    );
+    const error = app instanceof Error ? app : await rejectionOf((app as { init(): Promise<unknown> }).init());
+    await (app as { close?(): Promise<void> }).close?.();
+    expect(error).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((error as IdempotencyConfigurationError).hint).toMatch(/LONGTEXT|max_allowed_packet/);
   });
 
   it('verify() refuses a max_allowed_packet too small for maxResultBytes, naming the server setting', async () => {
