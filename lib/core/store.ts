@@ -19,6 +19,12 @@ export interface CompleteRequest {
   readonly ttl: number;
 }
 
+/** What the handlers that use a store need of it, as `IdempotencyModule` tells `verify()` at boot. */
+export interface StoreRequirements {
+  /** The largest serialized result one of them may store, bytes (their largest `maxResponseBytes`). */
+  readonly maxResponseBytes?: number;
+}
+
 /**
  * The persistence contract. A backend implements only these atomic primitives; all
  * hashing, validation, state logic and policy live once in the core.
@@ -41,12 +47,6 @@ export interface CompleteRequest {
  * Run `describeStoreContract()` from `nestjs-idempotency/testing` against your own
  * implementation to check it.
  */
-/** What the handlers that use a store need of it, as `IdempotencyModule` tells `verify()` at boot. */
-export interface StoreRequirements {
-  /** The largest serialized result one of them may store, bytes (their largest `maxResponseBytes`). */
-  readonly maxResponseBytes?: number;
-}
-
 export interface IdempotencyStore {
   claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
   complete(key: string, token: string, request: CompleteRequest): Promise<boolean>;

@@ -7,6 +7,7 @@
 // The record store and its transaction path (store/).
 export { TypeOrmIdempotencyStore } from './store/store.js';
 export type { TypeOrmIdempotencyStoreOptions, PurgeResult } from './store/store-options.js';
+export type { StoreRequirements } from '../core/store.js';
 export {
   runIdempotentTransaction,
   executeIdempotentTransaction,
