@@ -2,7 +2,7 @@ import { IdempotencyConfigurationError, IdempotencyKeyMissingError } from './err
 import type { CacheErrors } from './cached-errors.js';
 import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
-import { fingerprintOf, sha256, storageKeyOf, withoutTrailingUndefined } from './hash.js';
+import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
 import { checkPolicyNumbers, ENGINE_NUMBER_RULES, resolvePolicy } from './policy.js';
 import type { IdempotencyStore } from './store.js';
@@ -110,24 +110,24 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
 }
 
 /**
- * The default scopes (a function's name) taken on each store, with a hash of the code of
- * the function that took each: two different functions of one name (two modules' `refund`)
- * would share every key, the second answering with the first one's results without
- * running. The code is compared rather than the function object, so that wrapping one
- * function again (a factory called twice, a hot reload) stays allowed.
+ * The default scopes (a function's name) taken on each store, with the function that took
+ * each: two functions of one name (two modules' `refund`, or one factory's closures for
+ * two areas) would share every key, the second answering with the first one's results
+ * without running. Nothing but the function object tells them apart (closures of the
+ * same code may do different work), so a second function object under a name already
+ * taken is refused: wrap each function once, or give it a scope of its own.
  */
-const defaultScopes = new WeakMap<IdempotencyStore, Map<string, string>>();
+const defaultScopes = new WeakMap<IdempotencyStore, Map<string, Function>>();
 
 function claimDefaultScope(store: IdempotencyStore, scope: string, fn: Function): void {
   let byScope = defaultScopes.get(store);
   if (!byScope) defaultScopes.set(store, (byScope = new Map()));
-  const code = sha256(Function.prototype.toString.call(fn));
   const taken = byScope.get(scope);
-  if (taken === undefined) byScope.set(scope, code);
-  else if (taken !== code) {
+  if (taken === undefined) byScope.set(scope, fn);
+  else if (taken !== fn) {
     throw new IdempotencyConfigurationError(
       `makeIdempotent(${scope}): another function named ${scope} already uses the default scope 'fn:${scope}' on this store, so a key used by one would return the other's stored result without running it.`,
-      `Give each its own scope: makeIdempotent(${scope}, { scope: 'billing.${scope}', ... }).`,
+      `Give each its own scope (makeIdempotent(${scope}, { scope: 'billing.${scope}', ... })), and wrap a function once, where it is defined, rather than on every call.`,
     );
   }
 }

@@ -96,11 +96,19 @@ describe('makeIdempotent default scopes', () => {
     );
   });
 
+  it("refuses one factory's closures of the same code too: they may do different work", () => {
+    const store = new MemoryIdempotencyStore();
+    makeIdempotent(billing(), { store, key: (order: string) => order });
+    expect(() => makeIdempotent(billing(), { store, key: (order: string) => order })).toThrow(
+      expect.objectContaining({ code: 'IDEMPOTENCY_CONFIGURATION_ERROR', hint: expect.stringMatching(/wrap a function once/) }),
+    );
+  });
+
   it('allows the same function wrapped again, same-named functions with scopes of their own, and other stores', async () => {
     const store = new MemoryIdempotencyStore();
-    const first = makeIdempotent(billing(), { store, key: (order: string) => order });
-    // The same code again (a factory called twice): one operation, one key space.
-    const again = makeIdempotent(billing(), { store, key: (order: string) => order });
+    const refund = billing();
+    const first = makeIdempotent(refund, { store, key: (order: string) => order });
+    const again = makeIdempotent(refund, { store, key: (order: string) => order });
     expect(await first('o1')).toEqual(await again('o1'));
     const own = makeIdempotent(shipping(), { store, key: (order: string) => order, scope: 'shipping.refund' });
     expect(await own('o1')).toEqual({ module: 'shipping', order: 'o1' });
