@@ -1,17 +1,9 @@
 import 'reflect-metadata';
-import { randomBytes, randomUUID } from 'node:crypto';
-import Redis from 'ioredis';
+import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import {
-  IdempotencyNotReplayableError,
-  MemoryIdempotencyStore,
-  makeIdempotent,
-  type IdempotencyEvent,
-  type IdempotencyStore,
-} from '../../lib/index.js';
-import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
+import { IdempotencyNotReplayableError, makeIdempotent, type IdempotencyEvent } from '../../lib/index.js';
 import { TypeOrmIdempotencyStore, executeIdempotentTransaction } from '../../lib/typeorm/index.js';
-import { pgConnection } from '../support/postgres.js';
+import { pgSchema, realStores, type StoreUnderTest } from '../support/real-stores.js';
 
 /**
  * A replay of makeIdempotent and of an idempotent transaction is a faithful copy of the
@@ -47,57 +39,7 @@ function expectRich(value: unknown): void {
   expect(back.shippedTo).toBe(back.billedTo);
 }
 
-interface StoreUnderTest {
-  store: IdempotencyStore;
-  dispose(): Promise<void>;
-}
-
-const stores: [string, () => Promise<StoreUnderTest>][] = [
-  ['memory', async () => ({ store: new MemoryIdempotencyStore(), dispose: async () => undefined })],
-  [
-    'Redis',
-    async () => {
-      const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
-      await client.connect();
-      return {
-        store: new RedisIdempotencyStore(client, { prefix: `test:values:${randomUUID()}:` }),
-        dispose: async () => void client.disconnect(),
-      };
-    },
-  ],
-  [
-    'PostgreSQL (TypeOrmIdempotencyStore)',
-    async () => {
-      const { dataSource, dispose } = await pgSchema('values');
-      const store = new TypeOrmIdempotencyStore(dataSource);
-      await store.ensureTable();
-      return {
-        store,
-        dispose: async () => {
-          await store.close();
-          await dispose();
-        },
-      };
-    },
-  ],
-];
-
-async function pgSchema(prefix: string): Promise<{ dataSource: DataSource; dispose(): Promise<void> }> {
-  const schema = `${prefix}_${process.pid}_${randomBytes(4).toString('hex')}`;
-  const admin = new DataSource({ ...pgConnection, poolSize: 1 });
-  await admin.initialize();
-  await admin.query(`CREATE SCHEMA "${schema}"`);
-  await admin.destroy();
-  const dataSource = new DataSource({ ...pgConnection, schema, poolSize: 4 });
-  await dataSource.initialize();
-  return {
-    dataSource,
-    dispose: async () => {
-      await dataSource.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await dataSource.destroy();
-    },
-  };
-}
+const stores = realStores('values');
 
 describe.each(stores)('makeIdempotent replays faithful values (%s)', (_name, open) => {
   let subject: StoreUnderTest;

@@ -1,19 +1,9 @@
 import 'reflect-metadata';
 import { createHook } from 'node:async_hooks';
-import { randomBytes, randomUUID } from 'node:crypto';
-import Redis from 'ioredis';
-import { DataSource } from 'typeorm';
-import {
-  IdempotencyFingerprintMismatchError,
-  IdempotencyInFlightError,
-  MemoryIdempotencyStore,
-  type IdempotencyEvent,
-  type IdempotencyStore,
-} from '../../lib/index.js';
+import { randomUUID } from 'node:crypto';
+import { IdempotencyFingerprintMismatchError, IdempotencyInFlightError, type IdempotencyEvent } from '../../lib/index.js';
 import { IdempotencyEngine, encodeError, storageKeyOf, type ExecutionPolicy, type Lease } from '../../lib/core/index.js';
-import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
-import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
-import { pgConnection } from '../support/postgres.js';
+import { realStores, type StoreUnderTest } from '../support/real-stores.js';
 
 /**
  * Lease behaviours that no other test guarded (the mutation check of issue 14), on every
@@ -22,49 +12,9 @@ import { pgConnection } from '../support/postgres.js';
  * a cancelled request is never settled a second time.
  */
 
-interface StoreUnderTest {
-  store: IdempotencyStore;
-  dispose(): Promise<void>;
-}
-
-const stores: [string, () => Promise<StoreUnderTest>][] = [
-  ['memory', async () => ({ store: new MemoryIdempotencyStore(), dispose: async () => undefined })],
-  [
-    'Redis',
-    async () => {
-      const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
-      await client.connect();
-      return {
-        store: new RedisIdempotencyStore(client, { prefix: `test:lease:${randomUUID()}:` }),
-        dispose: async () => void client.disconnect(),
-      };
-    },
-  ],
-  [
-    'PostgreSQL (TypeOrmIdempotencyStore)',
-    async () => {
-      const schema = `lease_${process.pid}_${randomBytes(4).toString('hex')}`;
-      const admin = new DataSource({ ...pgConnection, poolSize: 1 });
-      await admin.initialize();
-      await admin.query(`CREATE SCHEMA "${schema}"`);
-      await admin.destroy();
-      // idleTimeoutMillis 0: the pool arms no idle timer per released connection, so every
-      // timer left after an execution is the engine's.
-      const dataSource = new DataSource({ ...pgConnection, schema, poolSize: 4, extra: { idleTimeoutMillis: 0 } });
-      await dataSource.initialize();
-      const store = new TypeOrmIdempotencyStore(dataSource);
-      await store.ensureTable();
-      return {
-        store,
-        dispose: async () => {
-          await store.close();
-          await dataSource.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          await dataSource.destroy();
-        },
-      };
-    },
-  ],
-];
+// idleTimeoutMillis 0: the pool arms no idle timer per released connection, so every
+// timer left after an execution is the engine's.
+const stores = realStores('lease', { pgExtra: { idleTimeoutMillis: 0 } });
 
 /**
  * Every `Timeout` (setTimeout and setInterval alike) created while tracking, until it

@@ -1,9 +1,6 @@
 import 'reflect-metadata';
-import { randomBytes } from 'node:crypto';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import type Redis from 'ioredis';
-import { DataSource } from 'typeorm';
 import {
   Idempotent,
   IdempotencyConfigurationError,
@@ -11,15 +8,10 @@ import {
   IdempotencyModule,
   IdempotencyNotReplayableError,
   IdempotencyService,
-  MemoryIdempotencyStore,
   type IdempotencyEvent,
-  type IdempotencyStore,
 } from '../../lib/index.js';
-import { RedisIdempotencyStore } from '../../lib/redis/index.js';
-import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
-import { pgConnection } from '../support/postgres.js';
+import { realStores, type StoreUnderTest } from '../support/real-stores.js';
 import { Effects } from '../support/effects.js';
-import { deleteKeys, redisClient, runPrefix } from './support.js';
 
 /**
  * What a provider method's duplicate gets back, through each store's string: a faithful
@@ -93,56 +85,13 @@ class InvoiceValuesService {
   }
 }
 
-interface Backend {
-  store: IdempotencyStore;
-  dispose(): Promise<void>;
-}
-
-const backends: [string, () => Promise<Backend>][] = [
-  ['memory', async () => ({ store: new MemoryIdempotencyStore(), dispose: async () => undefined })],
-  [
-    'Redis',
-    async () => {
-      const prefix = runPrefix('values');
-      const client: Redis = redisClient();
-      return {
-        store: new RedisIdempotencyStore(client, { prefix: `${prefix}:` }),
-        dispose: async () => {
-          await deleteKeys(client, prefix);
-          client.disconnect();
-        },
-      };
-    },
-  ],
-  [
-    'PostgreSQL (TypeOrmIdempotencyStore)',
-    async () => {
-      const schema = `method_values_${process.pid}_${randomBytes(4).toString('hex')}`;
-      const admin = new DataSource({ ...pgConnection, poolSize: 1 });
-      await admin.initialize();
-      await admin.query(`CREATE SCHEMA "${schema}"`);
-      await admin.destroy();
-      const dataSource = new DataSource({ ...pgConnection, schema, poolSize: 4 });
-      await dataSource.initialize();
-      const store = new TypeOrmIdempotencyStore(dataSource);
-      await store.ensureTable();
-      return {
-        store,
-        dispose: async () => {
-          await store.close();
-          await dataSource.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          await dataSource.destroy();
-        },
-      };
-    },
-  ],
-];
+const backends = realStores('method_values');
 
 let n = 0;
 const unique = (name: string) => `${name}-${process.pid}-${++n}`;
 
 describe.each(backends)('a provider method replays what it returned (%s)', (_name, open) => {
-  let backend: Backend;
+  let backend: StoreUnderTest;
   let app: INestApplicationContext;
   let service: InvoiceValuesService;
   let idempotency: IdempotencyService;
