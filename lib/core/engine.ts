@@ -9,7 +9,7 @@ import {
   isIdempotencyError,
 } from './errors.js';
 import { checkExecutionPolicy, emitExecutionEvent as emit, type ExecutionPolicy, type ExecutionRequest } from './execution.js';
-import { Lease, type LeaseOwner } from './lease.js';
+import { Lease } from './lease.js';
 import { OrphanClaims } from './orphan-claims.js';
 import { isResolvedPolicy } from './policy.js';
 import { decodeError, decodeValue, encodeError, deserializeOutcome, valueOutcome, type StoredOutcome } from './outcome.js';
@@ -39,7 +39,9 @@ const MAX_POLL_MS = 250;
  * queues), so one instance can serve a whole application. The lease and its writes are
  * in lease.ts.
  */
-export class IdempotencyEngine implements LeaseOwner {
+// It is a LeaseOwner by its shape (checked where leases are made): an `implements` clause
+// would name members the published types strip as internal, and fail without skipLibCheck.
+export class IdempotencyEngine {
   /**
    * Executions running in this process, so local waiters wake at once instead of
    * polling: the wake-up callbacks of their waiters (none until someone waits).

@@ -20,7 +20,11 @@ export interface LeaseOwner {
  * comes first (later calls do nothing).
  */
 export class Lease implements TimerQueueItem {
-  /** @internal When the next renewal is due (`performance.now()` ms), while the lease is in its renewal queue. */
+  /**
+   * When the next renewal is due (`performance.now()` ms), while the lease is in its
+   * renewal queue. Published (not internal): the types must show what `TimerQueueItem`
+   * asks of a lease, or they do not compile without `skipLibCheck`.
+   */
   dueAt = 0;
   private readonly renewals: TimerQueue<Lease>;
   private settled = false;
