@@ -1,4 +1,5 @@
 import type { ExecutionPolicy } from '../core/execution.js';
+import { cachedErrorClasses } from '../core/cached-errors.js';
 import type { PolicyOptions } from '../core/policy.js';
 import type { IdempotencyStore } from '../core/store.js';
 import type { IdempotentOptions } from './idempotency.options.js';
@@ -48,12 +49,11 @@ export function resolveHandlerConfig(
       leaseTtl: options.leaseTtl,
       inFlight: options.inFlight ?? transport.defaultInFlight,
       waitTimeout: options.waitTimeout,
-      // A list of classes both selects and tells the replay which class to rebuild.
-      cacheErrors: options.cacheErrors
-        ? typeof options.cacheErrors === 'function'
-          ? SELECTED_BY_RUNTIME
-          : options.cacheErrors
-        : undefined,
+      // The runtime asks `cacheErrors` about the handler's own error; the lease then stores
+      // what the caller got (after the application's interceptors), which a class list
+      // might no longer select. The classes still tell a replay which class to rebuild.
+      cacheErrors: options.cacheErrors ? SELECTED_BY_RUNTIME : undefined,
+      errorClasses: cachedErrorClasses(options.cacheErrors),
       onStoreError: options.onStoreError,
       maxResponseBytes: options.maxResponseBytes,
     }),

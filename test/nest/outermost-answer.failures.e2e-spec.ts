@@ -40,6 +40,8 @@ class FragileSerializer implements NestInterceptor {
   }
 }
 
+class CardDeclinedError extends Error {}
+
 /** An interceptor that maps the handler's errors to the application's own error body. */
 @Injectable()
 class ErrorMapper implements NestInterceptor {
@@ -74,6 +76,14 @@ describe('the outermost layer when the answer fails after the handler', () => {
     decline() {
       runs++;
       throw new Error('card declined by the provider');
+    }
+
+    @Post('declines-by-class')
+    @UseInterceptors(ErrorMapper)
+    @Idempotent({ cacheErrors: [CardDeclinedError] })
+    declineByClass() {
+      runs++;
+      throw new CardDeclinedError();
     }
   }
 
@@ -111,6 +121,15 @@ describe('the outermost layer when the answer fails after the handler', () => {
     expect(replay.text).toBe(first.text);
     expect(runs).toBe(1);
     expect(store.results.join()).not.toContain('card declined by the provider');
+  });
+
+  it("with cacheErrors as a list of classes, the handler's error selects, and the mapped answer is stored", async () => {
+    const first = await request(app.getHttpServer()).post('/declines-by-class').set('Idempotency-Key', 'decline-2');
+    expect(first.status).toBe(402);
+    const replay = await request(app.getHttpServer()).post('/declines-by-class').set('Idempotency-Key', 'decline-2');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
+    expect(runs).toBe(1);
   });
 });
 
