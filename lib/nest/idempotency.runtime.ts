@@ -10,8 +10,7 @@ import type { StoredOutcome } from '../core/outcome.js';
 import { EMPTY } from 'rxjs';
 import { abandonLease, frameOf, pendingUnderLease, type AnswerFrame } from './answer-frame.js';
 import { HandlerConfigs, resolveHandlerConfig } from './handler-config.js';
-import type { HandlerCall } from './handler-call.js';
-import { DirectHandlerCall } from './handler-call.js';
+import { HandlerCall } from './handler-call.js';
 import type { IdempotencyHooks } from './idempotency-hooks.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import type { IdempotencyService } from './idempotency.service.js';
@@ -64,7 +63,7 @@ export class IdempotencyRuntime {
   private readonly steps: ProtocolSteps = {
     handlerFailed: (context, config, call, error) => this.handlerFailed(context, config, call, error),
     transportErrorOf: (context, config, error) => this.transportErrorOf(context, config, error),
-    replay: (context, config, outcome, call, frame) => this.replay(context, config, outcome, call, frame),
+    replay: (context, config, outcome, frame) => this.replay(context, config, outcome, frame),
   };
 
   constructor(
@@ -120,7 +119,7 @@ export class IdempotencyRuntime {
     }
     if (!config) return invoke();
     const frame = frameOf(context);
-    return this.execute(context, config, new DirectHandlerCall(invoke), frame?.hooks ?? this.hooks, frame);
+    return this.execute(context, config, new HandlerCall(invoke), frame?.hooks ?? this.hooks, frame);
   }
 
   /**
@@ -179,7 +178,7 @@ export class IdempotencyRuntime {
       switch (admission.kind) {
         case 'replay':
           if (adapter.settle) await adapter.settle(context, config, 'replayed');
-          return this.replay(context, config, admission.outcome, call, frame);
+          return this.replay(context, config, admission.outcome, frame);
         case 'unprotected':
           return await this.runUnprotected(context, config, call);
         default:
@@ -187,7 +186,7 @@ export class IdempotencyRuntime {
       }
     } catch (error) {
       // The handler's own errors arrive here settled already, in the form they answer in.
-      if (call.failed || call.cancelled || !isIdempotencyError(error)) throw error;
+      if (call.failed || !isIdempotencyError(error)) throw error;
       await adapter.settle?.(context, config, 'rejected', error);
       throw this.transportErrorOf(context, config, error);
     }
@@ -246,13 +245,13 @@ export class IdempotencyRuntime {
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     outcome: StoredOutcome,
-    call: HandlerCall,
     frame: AnswerFrame | undefined,
   ): unknown {
     if (frame) return this.replayToFrame(context, config, outcome, frame);
+    // Nothing to send back (an event's duplicate) answers `undefined`, as the handler would.
     const answer = config.adapter.replay(context, outcome, config);
-    if (isThenable(answer)) return Promise.resolve(answer).then((value) => (value === NO_REPLY ? call.noReply : value));
-    return answer === NO_REPLY ? call.noReply : answer;
+    if (isThenable(answer)) return Promise.resolve(answer).then((value) => (value === NO_REPLY ? undefined : value));
+    return answer === NO_REPLY ? undefined : answer;
   }
 
   private async replayToFrame(context: ExecutionContext, config: ResolvedHandlerConfig, outcome: StoredOutcome, frame: AnswerFrame) {
@@ -277,12 +276,11 @@ export class IdempotencyRuntime {
     frame: AnswerFrame | undefined,
   ): Promise<unknown> {
     const adapter = config.adapter;
-    call.lease = lease;
-    if (call.cancelled || frame?.cancelled) {
+    if (frame?.cancelled) {
       // The caller left between the claim and the handler: the handler never ran, but
       // the key is claimed; abandon it like any cancellation (the lease runs out).
       abandonLease(context, config, lease);
-      return call.noReply;
+      return undefined;
     }
     let value: unknown;
     let abandoned = false;
@@ -290,7 +288,7 @@ export class IdempotencyRuntime {
       // The caller may go away while the handler runs: stop it, and keep the key leased.
       frame.onCancel = () => {
         abandoned = true;
-        call.stop?.();
+        call.stop();
         abandonLease(context, config, lease);
       };
     }

@@ -1,7 +1,7 @@
 import type { Type } from '@nestjs/common';
 import { IdempotencyConfigurationError, isIdempotencyError } from '../core/errors.js';
 import { resolveHandlerConfig } from './handler-config.js';
-import { DirectHandlerCall } from './handler-call.js';
+import { HandlerCall } from './handler-call.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
@@ -53,7 +53,7 @@ export function callWithoutRequest(
     runtime.configs.set(handler, owner, config);
   }
   const context = new MethodExecutionContext(args, owner, handler, config.operation);
-  return (config.adapter as MethodAdapter).finish(runtime.execute(context, config, new DirectHandlerCall(invoke), runtime.hooks));
+  return (config.adapter as MethodAdapter).finish(runtime.execute(context, config, new HandlerCall(invoke), runtime.hooks));
 }
 
 /** `@Idempotent()` on a static method, refused at boot (the explorer) or when called. */

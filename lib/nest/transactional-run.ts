@@ -19,13 +19,7 @@ export interface ProtocolSteps {
   /** One of this library's errors in the transport's form, reported when it is a configuration error. */
   transportErrorOf(context: ExecutionContext, config: ResolvedHandlerConfig, error: IdempotencyError): unknown;
   /** A stored outcome as the transport replays it (to the frame, when there is one). */
-  replay(
-    context: ExecutionContext,
-    config: ResolvedHandlerConfig,
-    outcome: StoredOutcome,
-    call: HandlerCall,
-    frame: AnswerFrame | undefined,
-  ): unknown;
+  replay(context: ExecutionContext, config: ResolvedHandlerConfig, outcome: StoredOutcome, frame: AnswerFrame | undefined): unknown;
 }
 
 /**
@@ -121,7 +115,7 @@ export async function runTransactional(
     return outcome.value;
   }
   if (adapter.settle) await adapter.settle(context, config, 'replayed');
-  return steps.replay(context, config, deserializeOutcome(outcome.result), call, frame);
+  return steps.replay(context, config, deserializeOutcome(outcome.result), frame);
 }
 
 /** A promise with its resolver at hand. */
