@@ -46,15 +46,38 @@ export function placeOutermost(config: ApplicationConfig, own: IdempotencyInterc
 }
 
 function hasInterceptorsAround(globals: readonly NestInterceptor[], config: ApplicationConfig): boolean {
-  if (globals.length > 0 || config.getGlobalRequestInterceptors().length > 0) return true;
+  return globals.length > 0 || config.getGlobalRequestInterceptors().length > 0 || someClassHasInterceptors();
+}
+
+/**
+ * Whether a noted class has `@UseInterceptors()` on itself or a method. Nest asks for the
+ * global list once per handler at boot: each class is looked at once (its decorators have
+ * all run by then), and only the classes noted since the last look are.
+ */
+let classesLookedAt = 0;
+let interceptorsFound = false;
+
+function someClassHasInterceptors(): boolean {
+  if (interceptorsFound || classesLookedAt === decoratedClasses.size) return interceptorsFound;
+  let index = 0;
   for (const type of decoratedClasses) {
-    if (hasInterceptors(type)) return true;
-    const prototype = type.prototype as Record<string, unknown> | undefined;
-    if (!prototype) continue;
-    for (const name of Object.getOwnPropertyNames(prototype)) {
-      const member = Object.getOwnPropertyDescriptor(prototype, name)?.value as unknown;
-      if (typeof member === 'function' && hasInterceptors(member)) return true;
+    if (index++ < classesLookedAt) continue;
+    if (classHasInterceptors(type)) {
+      interceptorsFound = true;
+      break;
     }
+  }
+  classesLookedAt = decoratedClasses.size;
+  return interceptorsFound;
+}
+
+function classHasInterceptors(type: Function): boolean {
+  if (hasInterceptors(type)) return true;
+  const prototype = type.prototype as Record<string, unknown> | undefined;
+  if (!prototype) return false;
+  for (const name of Object.getOwnPropertyNames(prototype)) {
+    const member = Object.getOwnPropertyDescriptor(prototype, name)?.value as unknown;
+    if (typeof member === 'function' && hasInterceptors(member)) return true;
   }
   return false;
 }
