@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { isThenable } from '../core/thenable.js';
 import { cachedErrorSelector } from '../core/cached-errors.js';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
@@ -373,8 +374,4 @@ export class IdempotencyRuntime {
     if (error.code === IdempotencyErrorCode.Configuration) this.service.reportConfigurationError(config.handlerName, error);
     return config.adapter.toTransportError(context, error);
   }
-}
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }

@@ -1,3 +1,4 @@
+import { isThenable } from '../../../core/thenable.js';
 /**
  * What a GraphQL mutation's value must keep so that its replay resolves as the first
  * answer did. The resolver's value is walked along the schema at capture time (the
@@ -188,10 +189,6 @@ function replayedTypeOf(value: unknown): string | undefined {
 
 function kindOf(type: GqlType): string {
   return Object.prototype.toString.call(type).slice(8, -1);
-}
-
-function isThenable(value: unknown): boolean {
-  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
 class Capture {

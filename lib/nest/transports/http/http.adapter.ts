@@ -1,4 +1,5 @@
 import { HttpException, type ExecutionContext } from '@nestjs/common';
+import { isThenable } from '../../../core/thenable.js';
 import {
   IdempotencyConfigurationError,
   IdempotencyKeyInvalidError,
@@ -112,7 +113,7 @@ export class HttpTransportAdapter implements Transport {
     const material = { method: request.method, params: request.params ?? {}, query: request.query ?? {}, body: request.body ?? null };
     const hidden = hiddenBodyMaterial(request);
     if (hidden === undefined) return material;
-    return isPromise(hidden) ? hidden.then((more) => ({ ...material, ...more })) : { ...material, ...hidden };
+    return isThenable(hidden) ? hidden.then((more) => ({ ...material, ...more })) : { ...material, ...hidden };
   }
 
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome {
@@ -179,8 +180,4 @@ function asHttpException(error: unknown): HttpException | undefined {
   return candidate && typeof candidate.getStatus === 'function' && typeof candidate.getResponse === 'function'
     ? (candidate as HttpException)
     : undefined;
-}
-
-function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
-  return typeof (value as Promise<T>).then === 'function';
 }
