@@ -142,7 +142,9 @@ export class IdempotencyEngine {
     try {
       value = await fn();
     } catch (error) {
-      await lease.fail(error, { kind: 'error', error: encodeError(error) });
+      // Encoded only when it is stored: a released key needs no copy of the error.
+      if (policy.cacheErrors?.(error)) await lease.storeError({ kind: 'error', error: encodeError(error) });
+      else await lease.release();
       throw error;
     }
     await lease.complete(valueOutcome(value, 'faithful'));

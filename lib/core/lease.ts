@@ -86,18 +86,24 @@ export class Lease implements TimerQueueItem {
    * otherwise releases the key so the client may retry.
    */
   async fail(error: unknown, cachedOutcome: StoredOutcome): Promise<void> {
-    if (this.policy.cacheErrors?.(error)) {
-      if (!this.finish()) return;
-      let result: string;
-      try {
-        result = serializeOutcome(cachedOutcome);
-      } catch {
-        result = serializeOutcome({ kind: 'error', error: { name: 'Error', message: 'error not serializable' } });
-      }
-      await this.write(new CompleteWrite(this.policy.store, this.key, this.token, result, this.policy.ttl, 'error_cached'));
-      return;
+    if (this.policy.cacheErrors?.(error)) await this.storeError(cachedOutcome);
+    else await this.release();
+  }
+
+  /**
+   * Stores a failure as the answer to replay (an error `cacheErrors` selected), for callers
+   * that decided so themselves: the Nest runtime asks about the handler's own error, then
+   * stores the error the caller got after the application's interceptors.
+   */
+  async storeError(cachedOutcome: StoredOutcome): Promise<void> {
+    if (!this.finish()) return;
+    let result: string;
+    try {
+      result = serializeOutcome(cachedOutcome);
+    } catch {
+      result = serializeOutcome({ kind: 'error', error: { name: 'Error', message: 'error not serializable' } });
     }
-    await this.release();
+    await this.write(new CompleteWrite(this.policy.store, this.key, this.token, result, this.policy.ttl, 'error_cached'));
   }
 
   /** Gives the key back so that a retry runs the handler again. */

@@ -1,4 +1,4 @@
-import { cachedErrorClasses, cachedErrorSelector, type CacheErrors, type ErrorClass } from './cached-errors.js';
+import { cachedErrorClasses, cachedErrorSelector, type CacheErrors } from './cached-errors.js';
 import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 import type { IdempotencyEventListener } from './events.js';
 import type { ExecutionPolicy, InFlightStrategy, StoreErrorStrategy } from './execution.js';
@@ -17,8 +17,6 @@ export interface PolicyOptions {
   readonly inFlight?: InFlightStrategy;
   readonly waitTimeout?: number;
   readonly cacheErrors?: CacheErrors;
-  /** The classes a replayed cached error is rebuilt as, when `cacheErrors` is not the list of them. */
-  readonly errorClasses?: readonly ErrorClass[];
   readonly onStoreError?: StoreErrorStrategy;
   readonly maxResponseBytes?: number;
 }
@@ -84,7 +82,7 @@ export function resolvePolicy(handler: string, options: PolicyOptions, defaults:
     inFlight: options.inFlight ?? defaults.inFlight ?? 'wait',
     waitTimeout: options.waitTimeout ?? defaults.waitTimeout ?? DEFAULT_WAIT_TIMEOUT,
     cacheErrors: cachedErrorSelector(options.cacheErrors ?? defaults.cacheErrors),
-    errorClasses: options.errorClasses ?? cachedErrorClasses(options.cacheErrors ?? defaults.cacheErrors),
+    errorClasses: cachedErrorClasses(options.cacheErrors ?? defaults.cacheErrors),
     onStoreError: options.onStoreError ?? defaults.onStoreError ?? 'fail-closed',
     maxResponseBytes: options.maxResponseBytes ?? defaults.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     onEvent: defaults.onEvent,

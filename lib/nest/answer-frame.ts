@@ -109,7 +109,7 @@ export function pendingUnderLease(
     error: (failure) =>
       settle(
         handlerFailed
-          ? lease.fail(failure, adapter.captureError(context, failure, config))
+          ? lease.storeError(adapter.captureError(context, failure, config))
           : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeFailure(failure)})` }),
       ),
     cancel: () => abandonLease(context, config, lease),

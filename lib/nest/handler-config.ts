@@ -1,5 +1,4 @@
 import type { ExecutionPolicy } from '../core/execution.js';
-import { cachedErrorClasses } from '../core/cached-errors.js';
 import type { PolicyOptions } from '../core/policy.js';
 import type { IdempotencyStore } from '../core/store.js';
 import type { IdempotentOptions } from './idempotency.options.js';
@@ -13,12 +12,6 @@ export interface ModuleDefaults {
   readonly store: IdempotencyStore;
   policy(handler: string, overrides: PolicyOptions): ExecutionPolicy;
 }
-
-/**
- * Chosen for the engine's policy when `cacheErrors` is set: the runtime asks the user's
- * `cacheErrors` once per failure and calls `lease.fail()` only for the errors it selects.
- */
-const SELECTED_BY_RUNTIME = (): boolean => true;
 
 /**
  * The one configuration pipeline of `@Idempotent()`: the handler's options over the
@@ -49,11 +42,7 @@ export function resolveHandlerConfig(
       leaseTtl: options.leaseTtl,
       inFlight: options.inFlight ?? transport.defaultInFlight,
       waitTimeout: options.waitTimeout,
-      // The runtime asks `cacheErrors` about the handler's own error; the lease then stores
-      // what the caller got (after the application's interceptors), which a class list
-      // might no longer select. The classes still tell a replay which class to rebuild.
-      cacheErrors: options.cacheErrors ? SELECTED_BY_RUNTIME : undefined,
-      errorClasses: cachedErrorClasses(options.cacheErrors),
+      cacheErrors: options.cacheErrors,
       onStoreError: options.onStoreError,
       maxResponseBytes: options.maxResponseBytes,
     }),

@@ -1,6 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { isThenable } from '../core/thenable.js';
-import { cachedErrorSelector } from '../core/cached-errors.js';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
 import { type ExecutionRequest, type Lease } from '../core/engine.js';
@@ -299,7 +298,7 @@ export class IdempotencyRuntime {
       if (abandoned) throw error;
       if (frame) frame.onCancel = undefined;
       const answer = await this.handlerFailed(context, config, call, error);
-      const cached = Boolean(cachedErrorSelector(config.options.cacheErrors)?.(error));
+      const cached = Boolean(config.policy.cacheErrors?.(error));
       if (cached && frame) {
         // The error the caller gets is the one the chain ends in: stored from there.
         frame.pending = pendingUnderLease(context, config, lease, true);
@@ -307,7 +306,7 @@ export class IdempotencyRuntime {
       }
       try {
         // The first caller and every replay get the same answer: the one stored here.
-        if (cached) await lease.fail(error, adapter.captureError(context, answer, config));
+        if (cached) await lease.storeError(adapter.captureError(context, answer, config));
         else await lease.release();
         await adapter.settle?.(context, config, cached ? 'stored' : 'failed', error);
       } catch {

@@ -119,11 +119,16 @@ describe('handler config resolution (the one pipeline)', () => {
     expect(configOf({ inFlight: 'wait' }, OrdersController, 'create').policy.inFlight).toBe('wait');
   });
 
-  it("lets the runtime select the errors cacheErrors stores (the policy's selects every error it is asked about)", () => {
-    const cacheErrors = jest.fn(() => false);
+  it("resolves cacheErrors into the policy once: the handler's predicate, or a selector and the classes of a list", () => {
+    const cacheErrors = jest.fn((error: unknown) => error instanceof RangeError);
     const config = configOf({}, OrdersController, 'create', { cacheErrors });
-    expect(config.policy.cacheErrors?.(new Error('x'))).toBe(true);
-    expect(cacheErrors).not.toHaveBeenCalled();
+    expect(config.policy.cacheErrors?.(new RangeError('x'))).toBe(true);
+    expect(config.policy.cacheErrors?.(new Error('x'))).toBe(false);
+    expect(cacheErrors).toHaveBeenCalledTimes(2);
+    expect(config.policy.errorClasses).toBeUndefined();
+    const listed = configOf({}, OrdersController, 'create', { cacheErrors: [RangeError] }).policy;
+    expect([listed.cacheErrors?.(new RangeError('x')), listed.cacheErrors?.(new Error('x'))]).toEqual([true, false]);
+    expect(listed.errorClasses).toEqual([RangeError]);
     expect(configOf({}, OrdersController, 'create').policy.cacheErrors).toBeUndefined();
   });
 
