@@ -26,18 +26,47 @@ export interface ExecutionPolicy {
   readonly handler?: string;
 }
 
+/** The numbers of a policy, as `checkPolicyNumbers` reads them. */
+export interface PolicyNumbers {
+  readonly ttl?: unknown;
+  readonly leaseTtl?: unknown;
+  readonly waitTimeout?: unknown;
+  readonly maxResponseBytes?: unknown;
+}
+
 /**
- * Checks the numbers of a policy by the library's one rule (`checkWholeNumber`). Entry
- * points check their own options at boot, under their own names; the engine checks
- * again on every execution because a policy can be built by hand, and a NaN
- * `waitTimeout` or a fractional `ttl` would otherwise fail later and elsewhere.
+ * How an entry point words and bounds its numbers: `makeIdempotent` calls the size
+ * `maxResultBytes`; `@Idempotent()` and `IdempotencyModule.forRoot()` want a `waitTimeout`
+ * above 0 (the engine and `makeIdempotent` take 0: do not wait at all).
+ */
+export interface PolicyNumberRules {
+  readonly waitTimeoutMin: 0 | 1;
+  readonly bytesName: string;
+  readonly bytesExample?: string;
+}
+
+/** The engine's wording: what `IdempotencyEngine` and `makeIdempotent` say. */
+export const ENGINE_NUMBER_RULES: PolicyNumberRules = { waitTimeoutMin: 0, bytesName: 'maxResponseBytes', bytesExample: '1_048_576' };
+
+/**
+ * The library's one check of a policy's numbers (`checkWholeNumber`: whole milliseconds,
+ * whole bytes), under the name of the entry point that was given them (`makeIdempotent(pay)`,
+ * `@Idempotent() on A.b`).
+ */
+export function checkPolicyNumbers(owner: string, options: PolicyNumbers, rules: PolicyNumberRules = ENGINE_NUMBER_RULES): void {
+  checkWholeNumber(owner, 'ttl', options.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
+  checkWholeNumber(owner, 'leaseTtl', options.leaseTtl, { unit: 'ms', example: '30_000' });
+  checkWholeNumber(owner, 'waitTimeout', options.waitTimeout, { unit: 'ms', min: rules.waitTimeoutMin, example: '10_000' });
+  checkWholeNumber(owner, rules.bytesName, options.maxResponseBytes, { example: rules.bytesExample });
+}
+
+/**
+ * Checks the numbers of a policy built by hand (the engine does, on every execution, for
+ * a policy `resolvePolicy` did not make): a NaN `waitTimeout` or a fractional `ttl` would
+ * otherwise fail later and elsewhere.
  */
 export function checkExecutionPolicy(owner: string, policy: ExecutionPolicy): void {
-  checkWholeNumber(owner, 'ttl', policy.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
-  checkWholeNumber(owner, 'leaseTtl', policy.leaseTtl, { unit: 'ms', example: '30_000' });
-  // 0 is meaningful: do not wait for a running duplicate at all.
-  checkWholeNumber(owner, 'waitTimeout', policy.waitTimeout, { unit: 'ms', min: 0, example: '10_000' });
-  checkWholeNumber(owner, 'maxResponseBytes', policy.maxResponseBytes, { example: '1_048_576' });
+  checkPolicyNumbers(owner, policy);
 }
 
 export interface ExecutionRequest {

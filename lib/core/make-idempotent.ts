@@ -4,7 +4,8 @@ import type { IdempotencyEventListener } from './events.js';
 import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } from './engine.js';
 import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
-import { checkPolicyNumbers, ENGINE_NUMBER_RULES, resolvePolicy } from './policy.js';
+import { checkPolicyNumbers, ENGINE_NUMBER_RULES } from './execution.js';
+import { resolvePolicy } from './policy.js';
 import type { IdempotencyStore } from './store.js';
 
 /** Options of `makeIdempotent`: the store, how to derive the key, and the execution policy. */

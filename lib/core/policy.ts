@@ -1,8 +1,7 @@
 import { cachedErrorClasses, cachedErrorSelector, type CacheErrors } from './cached-errors.js';
 import { DEFAULT_LEASE_TTL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TTL, DEFAULT_WAIT_TIMEOUT } from './defaults.js';
 import type { IdempotencyEventListener } from './events.js';
-import type { ExecutionPolicy, InFlightStrategy, StoreErrorStrategy } from './execution.js';
-import { checkWholeNumber } from './options.js';
+import { checkPolicyNumbers, type ExecutionPolicy, type InFlightStrategy, type StoreErrorStrategy } from './execution.js';
 import type { IdempotencyStore } from './store.js';
 
 /**
@@ -25,40 +24,6 @@ export interface PolicyOptions {
 export interface PolicyDefaults extends PolicyOptions {
   readonly store: IdempotencyStore;
   readonly onEvent?: IdempotencyEventListener;
-}
-
-/** The numbers of a policy, as `checkPolicyNumbers` reads them. */
-export interface PolicyNumbers {
-  readonly ttl?: unknown;
-  readonly leaseTtl?: unknown;
-  readonly waitTimeout?: unknown;
-  readonly maxResponseBytes?: unknown;
-}
-
-/**
- * How an entry point words and bounds its numbers: `makeIdempotent` calls the size
- * `maxResultBytes`; `@Idempotent()` and `IdempotencyModule.forRoot()` want a `waitTimeout`
- * above 0 (the engine and `makeIdempotent` take 0: do not wait at all).
- */
-export interface PolicyNumberRules {
-  readonly waitTimeoutMin: 0 | 1;
-  readonly bytesName: string;
-  readonly bytesExample?: string;
-}
-
-/** The engine's wording: what `IdempotencyEngine` and `makeIdempotent` say. */
-export const ENGINE_NUMBER_RULES: PolicyNumberRules = { waitTimeoutMin: 0, bytesName: 'maxResponseBytes', bytesExample: '1_048_576' };
-
-/**
- * The library's one check of a policy's numbers (`checkWholeNumber`: whole milliseconds,
- * whole bytes), under the name of the entry point that was given them (`makeIdempotent(pay)`,
- * `@Idempotent() on A.b`).
- */
-export function checkPolicyNumbers(owner: string, options: PolicyNumbers, rules: PolicyNumberRules = ENGINE_NUMBER_RULES): void {
-  checkWholeNumber(owner, 'ttl', options.ttl, { unit: 'ms', example: '24 * 60 * 60 * 1000' });
-  checkWholeNumber(owner, 'leaseTtl', options.leaseTtl, { unit: 'ms', example: '30_000' });
-  checkWholeNumber(owner, 'waitTimeout', options.waitTimeout, { unit: 'ms', min: rules.waitTimeoutMin, example: '10_000' });
-  checkWholeNumber(owner, rules.bytesName, options.maxResponseBytes, { example: rules.bytesExample });
 }
 
 /** Policies made by `resolvePolicy`, checked once there: the engine does not check them again per request. */

@@ -7,7 +7,7 @@ import {
 } from '../core/index.js';
 import { isCacheErrorsOption } from '../core/cached-errors.js';
 import { checkWholeNumber, shown } from '../core/options.js';
-import { checkPolicyNumbers, type PolicyNumberRules } from '../core/policy.js';
+import { checkPolicyNumbers, type PolicyNumberRules } from '../core/execution.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 
 const STORE_METHODS = ['claim', 'complete', 'release', 'renew', 'get', 'delete'] as const;
