@@ -7,7 +7,7 @@ import {
   type IdempotencyError,
 } from '../../../core/errors.js';
 import { parseIdempotencyKeyHeader } from '../../../core/key.js';
-import { decodeValue, encodeValue, unstorableReason, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
+import { decodeValue, valueOutcome, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
 import { REPLAYED_HEADER } from '../../idempotency.constants.js';
 import { principalOfUser } from '../../principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from '../../problem.js';
@@ -121,9 +121,7 @@ export class HttpTransportAdapter implements Transport {
     if (response.headersSent || response.sent || response.raw?.headersSent) {
       return { kind: 'unstorable', reason: 'the handler sent the response itself (@Res() without passthrough)' };
     }
-    const reason = unstorableReason(value);
-    if (reason) return { kind: 'unstorable', reason };
-    return { kind: 'value', value: encodeValue(value), meta: this.meta(response, response.statusCode, config) };
+    return valueOutcome(value, 'json', this.meta(response, response.statusCode, config));
   }
 
   captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome {

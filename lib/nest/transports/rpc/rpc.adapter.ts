@@ -6,8 +6,7 @@ import {
   decodeError,
   decodeValue,
   encodeError,
-  encodeValue,
-  unstorableReason,
+  valueOutcome,
   type IdempotencyError,
   type StoredOutcome,
 } from '../../../core/index.js';
@@ -118,8 +117,7 @@ export class RpcTransportAdapter implements Transport {
   }
 
   captureValue(_context: ExecutionContext, value: unknown): StoredOutcome {
-    const reason = unstorableReason(value);
-    return reason ? { kind: 'unstorable', reason } : { kind: 'value', value: encodeValue(value) };
+    return valueOutcome(value, 'json');
   }
 
   captureError(_context: ExecutionContext, error: unknown): StoredOutcome {
