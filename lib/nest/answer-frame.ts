@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { describeError } from '../observability/logger.js';
 import type { Lease } from '../core/engine.js';
 import type { IdempotencyHooks } from './idempotency-hooks.js';
 import { NO_REPLY, type ResolvedHandlerConfig } from './transport.adapter.js';
@@ -110,7 +111,7 @@ export function pendingUnderLease(
       settle(
         handlerFailed
           ? lease.storeError(adapter.captureError(context, failure, config))
-          : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeFailure(failure)})` }),
+          : lease.complete({ kind: 'unstorable', reason: `the answer failed after the handler had run (${describeError(failure)})` }),
       ),
     cancel: () => abandonLease(context, config, lease),
   };
@@ -120,8 +121,4 @@ export function pendingUnderLease(
 export function abandonLease(context: ExecutionContext, config: ResolvedHandlerConfig, lease: Lease): void {
   lease.abandon();
   void config.adapter.settle?.(context, config, 'abandoned');
-}
-
-function describeFailure(failure: unknown): string {
-  return failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure);
 }

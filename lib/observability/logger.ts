@@ -82,7 +82,8 @@ export function formatIdempotencyEvent(event: IdempotencyEvent): string {
   return line;
 }
 
-function describeError(error: unknown): string {
+/** @internal An error as one line (`Name: message`), whatever was thrown. */
+export function describeError(error: unknown): string {
   if (error instanceof Error) return `${error.name}: ${error.message}`;
   try {
     return String(error);

@@ -3,7 +3,7 @@
  * or 6, and Redis-backed one-time tokens and locks. Needs the optional peer `ioredis`.
  */
 export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis.store.js';
-export type { RedisNearCacheOptions, RedisNearCacheStats } from './near-cache.js';
+export type { RedisNearCacheOptions, RedisNearCacheStats } from './near-cache-options.js';
 export { RedisOneTimeTokenStore, type RedisOneTimeTokenStoreOptions } from './redis-one-time-token.store.js';
 export { RedisLockProvider, type RedisLockProviderOptions } from './redis-lock.provider.js';
 export {

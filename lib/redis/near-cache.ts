@@ -3,17 +3,6 @@ import { SizedExpiringMap } from '../core/expiring-map.js';
 import type { NearCacheClient, RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
 import { NearCacheTracking, type TrackedCache } from './near-cache-tracking.js';
 
-export {
-  DEFAULT_NEAR_CACHE_MAX_AGE,
-  DEFAULT_NEAR_CACHE_MAX_BYTES,
-  DEFAULT_NEAR_CACHE_MAX_ENTRIES,
-  resolveNearCacheOptions,
-  type NearCacheClient,
-  type RedisNearCacheOptions,
-  type RedisNearCacheStats,
-  type ResolvedNearCacheOptions,
-} from './near-cache-options.js';
-
 /**
  * Counted per entry on top of its strings: the cache entry, the frozen claim result and
  * record objects and the Map slot. Measured with V8 (Node 20, heap growth per entry with
@@ -21,7 +10,7 @@ export {
  * The strings themselves are counted at 2 bytes per UTF-16 code unit, which V8 stores in
  * 1 byte when they are Latin-1 (keys, tokens and fingerprints always are).
  */
-export const NEAR_CACHE_ENTRY_OVERHEAD = 400;
+const NEAR_CACHE_ENTRY_OVERHEAD = 400;
 
 interface Entry {
   readonly result: ClaimResult;

@@ -2,12 +2,12 @@ import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.
 import type { ClaimResult, CompletedRecord, IdempotencyRecord } from '../core/record.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
 import {
-  NearCache,
   resolveNearCacheOptions,
   type NearCacheClient,
   type RedisNearCacheOptions,
   type RedisNearCacheStats,
-} from './near-cache.js';
+} from './near-cache-options.js';
+import { NearCache } from './near-cache.js';
 import {
   LUA_NOW_MS,
   LuaScript,

@@ -243,7 +243,7 @@ export class GraphqlTransportAdapter implements Transport {
  * `graphql Mutation.refund @a` for `a: refund(...)`. The response path keeps two
  * mutations of one operation apart, so one `Idempotency-Key` can cover the operation.
  */
-export function graphqlOperationOf(context: ExecutionContext): string {
+function graphqlOperationOf(context: ExecutionContext): string {
   const info = infoOf(context);
   const handler = context.getHandler();
   const field = `${info?.parentType?.name ?? context.getClass().name}.${info?.fieldName ?? handler.name}`;

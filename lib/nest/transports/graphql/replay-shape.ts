@@ -156,7 +156,7 @@ function thrown(error: StoredError): never {
  * object by the type stored for it; any other value goes to them unchanged. Done once
  * per schema, in place (graphql-js reads these members at each resolution).
  */
-export function patchSchema(schema: GqlSchemaLike): void {
+function patchSchema(schema: GqlSchemaLike): void {
   if (patchedSchemas.has(schema)) return;
   patchedSchemas.add(schema);
   for (const type of Object.values(schema.getTypeMap())) {

@@ -77,7 +77,7 @@ export function ownerNameOf(handler: Function): string | undefined {
 }
 
 /** What the method is, from the metadata on it and its class. */
-export function methodTargetOf(method: Function, owner: Function, propertyName: string): MethodTarget {
+function methodTargetOf(method: Function, owner: Function, propertyName: string): MethodTarget {
   const handlerName = `${owner.name}.${propertyName}`;
   const processor = Reflect.getMetadata(BULLMQ_PROCESSOR_METADATA, owner) as { name?: string } | undefined;
   if (processor && propertyName === 'process') {
