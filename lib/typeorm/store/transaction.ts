@@ -12,7 +12,7 @@ import { dataSourceOf } from '../internals.js';
 import { serverDialect } from './dialects/registry.js';
 import { MAX_ACQUIRE_ROUNDS, type IdempotentIsolationLevel, type SqlDialect } from './dialects/sql-dialect.js';
 import { configurationErrorOf, isConnectionLoss, transientLockErrorOf } from './failures.js';
-import { createGuardedQueryRunner } from './pg-client-guard.js';
+import { withOwnConnection } from './dialects/lock-holder.js';
 import { sqlExecutorOf, type SqlExecutor } from './sql-executor.js';
 import { transactionContext } from './transaction-context.js';
 
@@ -192,15 +192,7 @@ async function openAndAttempt<T>(run: TransactionRun<T>): Promise<TransactionalR
   // Nested call on the same DataSource: join the running transaction through a savepoint,
   // so the inner record commits (or rolls back) with the outer work.
   if (run.nested) return attempt(run, transactionContext.getStore()!.queryRunner);
-  const open = async () => {
-    const runner = createGuardedQueryRunner(dataSource);
-    try {
-      await runner.connect();
-      return await attempt(run, runner);
-    } finally {
-      await runner.release();
-    }
-  };
+  const open = () => withOwnConnection(dataSource, (runner) => attempt(run, runner));
   return dialect.serializeTransactions ? dialect.serializeTransactions(dataSource, run.tuning.waitTimeout, open) : open();
 }
 

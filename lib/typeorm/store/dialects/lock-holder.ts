@@ -1,8 +1,8 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { createGuardedQueryRunner } from '../pg-client-guard.js';
 
-/** Runs `fn` on a pooled connection of its own, held from the first statement to the last (a session-level advisory lock's holder). */
-export async function withLockHolder<T>(dataSource: DataSource, fn: (runner: QueryRunner) => Promise<T>): Promise<T> {
+/** Runs `fn` on a pooled connection of its own, held from the first statement to the last (a session-level advisory lock's holder, an idempotent transaction). */
+export async function withOwnConnection<T>(dataSource: DataSource, fn: (runner: QueryRunner) => Promise<T>): Promise<T> {
   const runner = createGuardedQueryRunner(dataSource);
   try {
     await runner.connect();

@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { IdempotencyInFlightError } from '../../../core/errors.js';
 import type { ClaimRequest } from '../../../core/store.js';
 import { transientLockErrorOf } from '../failures.js';
-import { withLockHolder } from './lock-holder.js';
+import { withOwnConnection } from './lock-holder.js';
 import { checkResultCapacity, forgetResultCapacity, mysqlResultCapacityOf, storableMysqlResult } from './mysql-result-capacity.js';
 import { claimReturningOf } from './mysql-server.js';
 import { mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements } from './mysql-statements.js';
@@ -43,7 +43,7 @@ export function mysqlDialect(name: TableName): SqlDialect {
       claimMayRetry: (error) => transientLockErrorOf(error) !== undefined,
       storableResult: (dataSource, key, result, report, query) => storableMysqlResult(dataSource, table, key, result, report, query),
       withPurgeLock: (dataSource, purge) =>
-        withLockHolder(dataSource, async (runner) => {
+        withOwnConnection(dataSource, async (runner) => {
           // GET_LOCK: MySQL's and MariaDB's advisory lock, held by this session until released.
           const [{ locked }] = (await runner.query('SELECT GET_LOCK(?, 0) AS locked', [lockName])) as Array<{ locked: unknown }>;
           if (Number(locked) !== 1) return { ran: false, deleted: 0 };

@@ -3,7 +3,7 @@ import type { QueryRunner } from 'typeorm';
 import { IdempotencyInFlightError } from '../../../core/errors.js';
 import { sqlStateOf } from '../failures.js';
 import { acquireByInsert, type GuardStatement, type InsertAcquireStatements } from './insert-acquire.js';
-import { withLockHolder } from './lock-holder.js';
+import { withOwnConnection } from './lock-holder.js';
 import { flaggedClaimAnswer } from './record-row.js';
 import { probeSql, quotedRecordsTableDdl, RECORD_COLUMNS, type TableName } from './records-table.js';
 import type { SqlDialect } from './sql-dialect.js';
@@ -67,7 +67,7 @@ export function postgresDialect(table: TableName, prepared = true): SqlDialect {
     claimAnswer: (key, _request, result) => flaggedClaimAnswer(key, result, 'again'),
     claimMayRetry: () => false,
     withPurgeLock: (dataSource, purge) =>
-      withLockHolder(dataSource, async (runner) => {
+      withOwnConnection(dataSource, async (runner) => {
         const [{ locked }] = (await runner.query('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey])) as Array<{
           locked: boolean;
         }>;
