@@ -75,9 +75,7 @@ export function dialectFor(dataSource: DataSource, tableName: string = DEFAULT_R
   let dialect = byTable.get(cacheKey);
   if (!dialect) {
     const table = parseTableName(tableName, defaultSchemaOf(dataSource));
-    const name = dialectOf(dataSource);
-    dialect =
-      name === 'postgres' ? postgresDialect(table, preparedStatements) : name === 'mysql' ? mysqlDialect(table) : sqliteDialect(table);
+    dialect = DIALECTS[dialectOf(dataSource)].create(table, preparedStatements);
     byTable.set(cacheKey, dialect);
   }
   return dialect;
