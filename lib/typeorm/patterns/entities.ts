@@ -16,7 +16,7 @@ import { mapColumnOnMysql } from '../column-types.js';
  */
 export abstract class VersionedEntity {
   @VersionColumn({ name: 'version', type: 'int' })
-  version: number;
+  version!: number;
 }
 
 /**
@@ -50,6 +50,6 @@ export abstract class VersionedEntity {
 export abstract class IdempotentEntity extends VersionedEntity {
   @Index({ unique: true })
   @Column({ name: 'idem_key', type: 'varchar', length: 255 })
-  idemKey: string;
+  idemKey!: string;
 }
 mapColumnOnMysql(IdempotentEntity, 'idemKey', { collation: 'exact' });

@@ -65,14 +65,14 @@ function mapRecordEntity(target: IdempotencyRecordEntityClass, tableName: string
  * at boot, with the ALTER TABLE statement that fixes it (see docs/typeorm.md).
  */
 export class IdempotencyRecordEntity implements IdempotencyRecordRow {
-  key: string;
-  status: 'in_progress' | 'completed';
-  leaseToken: string | null;
-  leaseExpiresAt: number | null;
-  fingerprint: string | null;
-  result: string | null;
-  expiresAt: number;
-  createdAt: number;
+  key!: string;
+  status!: 'in_progress' | 'completed';
+  leaseToken!: string | null;
+  leaseExpiresAt!: number | null;
+  fingerprint!: string | null;
+  result!: string | null;
+  expiresAt!: number;
+  createdAt!: number;
 }
 mapRecordEntity(IdempotencyRecordEntity, DEFAULT_RECORDS_TABLE);
 
@@ -92,14 +92,14 @@ export function createIdempotencyRecordEntity(tableName: string): IdempotencyRec
   const named = {
     // A distinct, readable class name per table (TypeORM and error messages show it).
     [`IdempotencyRecord_${table}`]: class implements IdempotencyRecordRow {
-      key: string;
-      status: 'in_progress' | 'completed';
-      leaseToken: string | null;
-      leaseExpiresAt: number | null;
-      fingerprint: string | null;
-      result: string | null;
-      expiresAt: number;
-      createdAt: number;
+      key!: string;
+      status!: 'in_progress' | 'completed';
+      leaseToken!: string | null;
+      leaseExpiresAt!: number | null;
+      fingerprint!: string | null;
+      result!: string | null;
+      expiresAt!: number;
+      createdAt!: number;
     },
   };
   const target = named[`IdempotencyRecord_${table}`];
