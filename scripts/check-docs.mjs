@@ -8,7 +8,7 @@
 // like a default Nest application, or an ES module (.mts) when it uses top-level
 // `await` (an unindented line containing `await`), with
 // `nestjs-idempotency[/subpath]` imports pointed at the lib/ sources, and one tsc run
-// checks them all against the root tsconfig. A block opened with ```ts nocheck is
+// checks them all with the compiler options of docs/getting-started.md's tsconfig.json. A block opened with ```ts nocheck is
 // skipped (use it for fragments that cannot compile alone). Blocks opened with
 // ```ts file=src/x.ts [app=name] are the files of an application (scripts/doc-apps.mjs):
 // each app's files are written under their paths and checked together. Errors are
@@ -183,18 +183,43 @@ if (checked === 0) {
   finish(0);
 }
 
+// The compiler options users have: the tsconfig.json that docs/getting-started.md shows
+// (`strict: true`, so `strictPropertyInitialization` too), not this repository's, whose
+// looser settings once hid errors that a user's project hits. Free snippets may be test
+// files, so Jest's globals are visible beside Node's; the apps' own tsconfig files are
+// exercised by test/docs/, which builds each app with the page's tsconfig.
+const userOptions = usersCompilerOptions();
 writeFileSync(
   join(workDir, 'tsconfig.json'),
   JSON.stringify(
     {
-      extends: relative(workDir, join(root, 'tsconfig.json')).split('\\').join('/'),
-      compilerOptions: { noEmit: true, declaration: false, noUnusedLocals: false, noUnusedParameters: false },
+      compilerOptions: {
+        ...userOptions,
+        types: [...new Set([...(userOptions.types ?? []), 'node', 'jest'])],
+        typeRoots: [join(root, 'node_modules', '@types')],
+        outDir: undefined,
+        rootDir: undefined,
+        noEmit: true,
+        declaration: false,
+        noUnusedLocals: false,
+        noUnusedParameters: false,
+      },
       include: ['./*.ts', './*.mts', './apps/**/*.ts'],
     },
     null,
     2,
   ),
 );
+
+function usersCompilerOptions() {
+  const page = join(root, 'docs', 'getting-started.md');
+  const tsconfig = docAppsOf(readFileSync(page, 'utf8')).get('default')?.get('tsconfig.json');
+  if (!tsconfig) {
+    console.error('check-docs: docs/getting-started.md shows no ```json file=tsconfig.json block: the users\' compiler options come from it.');
+    process.exit(2);
+  }
+  return JSON.parse(tsconfig.code).compilerOptions;
+}
 
 const tsc = require.resolve('typescript/bin/tsc');
 const run = spawnSync(process.execPath, [tsc, '-p', join(workDir, 'tsconfig.json'), '--pretty', 'false'], { cwd: root, encoding: 'utf8' });
