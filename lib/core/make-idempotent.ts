@@ -5,6 +5,7 @@ import { IdempotencyEngine, type InFlightStrategy, type StoreErrorStrategy } fro
 import { fingerprintOf, storageKeyOf, withoutTrailingUndefined } from './hash.js';
 import { normalizeIdempotencyKey } from './key.js';
 import { checkPolicyNumbers, ENGINE_NUMBER_RULES } from './execution.js';
+import { sizeLimitOf } from './max-response-bytes.js';
 import { resolvePolicy } from './policy.js';
 import type { IdempotencyStore } from './store.js';
 
@@ -46,15 +47,22 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
   cacheErrors?: CacheErrors;
   /** @default 'fail-closed' */
   onStoreError?: StoreErrorStrategy;
-  /** Largest serialized result stored, bytes. @default 1048576 */
+  /**
+   * Largest serialized result stored, bytes: a larger one is not stored (duplicates get
+   * `IdempotencyNotReplayableError`). The same option as the module's.
+   * @default 1048576
+   */
+  maxResponseBytes?: number;
+  /**
+   * @deprecated use maxResponseBytes (the same limit under the module's name; this alias
+   * goes in the next minor release). Both given with different values is refused.
+   * @default 1048576
+   */
   maxResultBytes?: number;
   onEvent?: IdempotencyEventListener;
   /** @internal Shares in-process wake-ups with other wrappers; one is created when omitted. */
   engine?: IdempotencyEngine;
 }
-
-/** `makeIdempotent` words the size of a result `maxResultBytes`. */
-const MAKE_IDEMPOTENT_RULES = { ...ENGINE_NUMBER_RULES, bytesName: 'maxResultBytes' };
 
 /** The function `makeIdempotent` returns: the wrapped function, run once per key. */
 export type IdempotentFunction<A extends unknown[], R> = (...args: A) => Promise<Awaited<R>>;
@@ -89,8 +97,11 @@ export function makeIdempotent<A extends unknown[], R>(fn: (...args: A) => R, op
     );
   }
   if (options.scope === undefined) claimDefaultScope(options.store, scope, fn);
-  const own = { ...options, maxResponseBytes: options.maxResultBytes };
-  checkPolicyNumbers(`makeIdempotent(${scope})`, own, MAKE_IDEMPOTENT_RULES);
+  const owner = `makeIdempotent(${scope})`;
+  // A message names the option the user wrote, the deprecated alias included.
+  const size = sizeLimitOf(owner, options);
+  const own = { ...options, maxResponseBytes: size.value as number | undefined };
+  checkPolicyNumbers(owner, own, { ...ENGINE_NUMBER_RULES, bytesName: size.name });
   const engine = options.engine ?? new IdempotencyEngine();
   const policy = resolvePolicy(scope, own, { store: options.store, onEvent: options.onEvent });
   const fingerprint = options.fingerprint;

@@ -11,8 +11,10 @@ import {
   type ExecutionPolicy,
   type IdempotencyError,
   type IdempotencyEventListener,
+  type CompletedRecord,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type InProgressRecord,
   type InFlightStrategy,
 } from '../core/index.js';
 import { combineListeners } from '../observability/combine-listeners.js';
@@ -56,6 +58,15 @@ export type StoredResponse =
   | { readonly kind: 'error'; readonly name: string; readonly message: string; readonly body?: unknown; readonly status?: number }
   /** The handler ran, but its result could not be stored; duplicates get 409 IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE. */
   | { readonly kind: 'unstorable'; readonly reason: string };
+
+/** A completed record as `IdempotencyService.inspect` returns it: the stored record and its answer, decoded. */
+export interface InspectedCompletedRecord extends CompletedRecord {
+  /** What duplicates are answered with, decoded (what `decodeResult(record)` returns). */
+  readonly response: StoredResponse;
+}
+
+/** What `IdempotencyService.inspect` returns: a running lease, or a completed record with its decoded `response`. */
+export type InspectedRecord = InProgressRecord | InspectedCompletedRecord;
 
 /** Where a client key was used, for support tooling. */
 export interface RecordLocator {
@@ -160,12 +171,18 @@ export class IdempotencyService implements OnModuleDestroy {
   }
 
   /**
-   * The record behind a client key (support tooling): `status: 'in_progress'` with
-   * `leaseExpiresAt`, or `status: 'completed'` with `expiresAt` and the stored `result`
-   * (read it with `decodeResult`). `undefined` when there is none.
+   * The record behind a client key (support tooling), `undefined` when there is none:
+   * `status: 'in_progress'` with `leaseExpiresAt` (epoch ms), or `status: 'completed'`
+   * with `expiresAt` and `response`, the stored answer decoded as a duplicate gets it
+   * (`{ kind: 'value', value, status, headers }`: `value` is the HTTP body, or the
+   * faithful copy an in-process entry point returns, a `Date`, `Map` or `bigint` as
+   * itself; `{ kind: 'error', ... }`; `{ kind: 'unstorable', reason }`). `result` stays
+   * the store's encoded string, for copying a record as it is.
    */
-  async inspect(key: string, locator: RecordLocator = {}): Promise<IdempotencyRecord | undefined> {
-    return this.store.get(this.locate(key, locator));
+  async inspect(key: string, locator: RecordLocator = {}): Promise<InspectedRecord | undefined> {
+    const record = await this.store.get(this.locate(key, locator));
+    if (record?.status !== 'completed') return record;
+    return { ...record, response: this.decodeResult(record)! };
   }
 
   /**

@@ -14,6 +14,17 @@ export interface RedisClientLike {
   eval(script: string, numkeys: number, ...args: RedisArgument[]): Promise<unknown>;
   evalsha(sha1: string, numkeys: number, ...args: RedisArgument[]): Promise<unknown>;
   ping(): Promise<unknown>;
+  /**
+   * ioredis: the connection's state (`'wait'` for a `lazyConnect` client not yet
+   * connected, `'connecting'`, `'connect'`, `'ready'`, `'reconnecting'`, `'close'`,
+   * `'end'`), on `Redis` and on `Cluster`. A client without it is pinged at boot instead.
+   */
+  readonly status?: string;
+  /** ioredis: opens a `lazyConnect` client's connection. */
+  connect?(): Promise<unknown>;
+  /** ioredis: its events (`ready`, `error`, `end`), for the boot wait. */
+  on?(event: string, listener: (...args: unknown[]) => void): unknown;
+  removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
 }
 
 /** Options shared by every Redis-backed class of this package. */
@@ -30,6 +41,66 @@ export interface RedisCallOptions {
 
 /** Longest wait for one Redis command before it counts as a store error, ms. */
 export const DEFAULT_REDIS_TIMEOUT = 2_000;
+
+/** Longest wait at boot for a client that is still connecting, ms. */
+export const DEFAULT_REDIS_READY_TIMEOUT = 10_000;
+
+/** ioredis states from which a client becomes `ready` by itself (`close`: between a lost connection and the next attempt). */
+const CONNECTING = new Set(['connecting', 'connect', 'reconnecting', 'close', 'disconnecting']);
+
+/**
+ * Resolves once an ioredis client (standalone or Cluster) is `ready`: a client created
+ * without an offline queue (`recommendedRedisOptions()`) refuses every command until
+ * then, so the first events, ticks and requests after boot would each fail as an
+ * outage. Opens a `lazyConnect` client (`'wait'`). A client that is not ready within
+ * `timeout` ms, or that has ended (closed, or its `retryStrategy` gave up), can serve
+ * nothing: an `IdempotencyConfigurationError` naming what to check. A client without
+ * `status` (not ioredis) is pinged instead, bounded by the runner's own timeout.
+ */
+export async function awaitReady(runner: RedisScriptRunner, timeout: number, owner: string): Promise<void> {
+  const client = runner.client;
+  const status = client.status;
+  if (status === undefined) return runner.ping();
+  if (status === 'ready') return;
+  if (status === 'end') throw notReady(owner, 'has ended (closed with quit() or disconnect(), or its retryStrategy gave up)', undefined);
+  // A state this code does not know (a later ioredis): its commands will tell.
+  if (status !== 'wait' && !CONNECTING.has(status)) return;
+  if (typeof client.on !== 'function' || typeof client.removeListener !== 'function') return runner.ping();
+  let lastError: unknown;
+  let onReady!: () => void;
+  let onEnd!: () => void;
+  const onError = (error: unknown) => (lastError = error);
+  let timer: NodeJS.Timeout | undefined;
+  const settled = new Promise<void>((resolve, reject) => {
+    onReady = resolve;
+    onEnd = () => reject(notReady(owner, 'ended before it was ready (its retryStrategy gave up)', lastError));
+    timer = setTimeout(() => reject(notReady(owner, `was not ready within ${timeout} ms (status '${client.status}')`, lastError)), timeout);
+  });
+  client.on('ready', onReady);
+  client.on('end', onEnd);
+  client.on('error', onError);
+  try {
+    // A lazyConnect client connects on its first command, which it refuses without an
+    // offline queue: open it now. A failed attempt is retried by its retryStrategy.
+    if (status === 'wait') client.connect?.().catch(onError);
+    await settled;
+  } finally {
+    clearTimeout(timer);
+    client.removeListener('ready', onReady);
+    client.removeListener('end', onEnd);
+    client.removeListener('error', onError);
+  }
+}
+
+function notReady(owner: string, what: string, cause: unknown): IdempotencyConfigurationError {
+  const reason = cause instanceof Error ? ` Last error: ${cause.message || cause.name}.` : '';
+  return new IdempotencyConfigurationError(
+    `${owner}: the Redis client ${what}, so the application cannot start protected.${reason}`,
+    'Check the Redis URL (host, port, password, TLS) and that Redis is up and reachable from this process. ' +
+      'To wait longer, raise readyTimeout; to start without waiting (requests fail as an outage, 503 or onStoreError, until Redis answers), pass readyTimeout: 0.',
+    { cause },
+  );
+}
 
 /**
  * Redis did not answer in time. A store-unavailable error (HTTP 503): the engine passes

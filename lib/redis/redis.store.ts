@@ -9,15 +9,18 @@ import {
 } from './near-cache-options.js';
 import { NearCache } from './near-cache.js';
 import {
+  DEFAULT_REDIS_READY_TIMEOUT,
   LUA_NOW_MS,
   LuaScript,
   RedisScriptRunner,
   asString,
+  awaitReady,
   isAbsent,
   wholeMs,
   type RedisCallOptions,
   type RedisClientLike,
 } from './redis-client.js';
+import { checkWholeNumber } from '../core/options.js';
 import { RateLimitedLog } from '../observability/rate-limited-log.js';
 import { StoreEventListeners } from '../core/store-events.js';
 
@@ -39,6 +42,17 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
    * @default false
    */
   nearCache?: boolean | RedisNearCacheOptions;
+  /**
+   * Longest wait at boot (`verify()`, which `IdempotencyModule` calls during `app.init()`)
+   * for a client that is still connecting, ms: the application reports ready once the
+   * client is, so the first events, ticks and requests are protected even without an
+   * offline queue (`recommendedRedisOptions()`). A `lazyConnect` client is connected
+   * then. A client not ready by then (a wrong URL, Redis down) stops the boot with an
+   * `IdempotencyConfigurationError`. 0: do not wait (commands fail as an outage until
+   * the client is ready).
+   * @default 10000
+   */
+  readyTimeout?: number;
 }
 
 /*
@@ -131,10 +145,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly nearCache: NearCache | undefined;
   private readonly listeners = new StoreEventListeners();
   private fallbackLog: RateLimitedLog | undefined;
+  private readonly readyTimeout: number;
 
   constructor(client: RedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisIdempotencyStore');
     this.prefix = options.prefix ?? 'idempotency:';
+    checkWholeNumber('RedisIdempotencyStore', 'readyTimeout', options.readyTimeout, { unit: 'ms', min: 0, example: '10_000' });
+    this.readyTimeout = options.readyTimeout ?? DEFAULT_REDIS_READY_TIMEOUT;
     const nearCache = resolveNearCacheOptions(options.nearCache, client as NearCacheClient);
     this.nearCache =
       nearCache &&
@@ -223,10 +240,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Boot check (the module calls it): starts the near cache, when it is on, without
+   * Boot check (the module calls it; call it yourself before using the store without the
+   * module): waits, up to `readyTimeout`, for a client that is still connecting (opens a
+   * `lazyConnect` one), and throws `IdempotencyConfigurationError` for one that does not
+   * become ready (see `readyTimeout`). Then starts the near cache, when it is on, without
    * waiting for it; it answers from memory once Redis's invalidations are proven to arrive.
    */
   async verify(): Promise<void> {
+    if (this.readyTimeout > 0) await awaitReady(this.scripts, this.readyTimeout, 'RedisIdempotencyStore');
     this.nearCache?.start();
   }
 

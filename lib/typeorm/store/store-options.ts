@@ -24,6 +24,12 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
    * not-replayable error), never retried until its lease is lost.
    * @default 1_048_576 (the module's default maxResponseBytes)
    */
+  maxResponseBytes?: number;
+  /**
+   * @deprecated use maxResponseBytes (the same limit under the module's name; this alias
+   * goes in the next minor release). Both given with different values is refused.
+   * @default 1_048_576
+   */
   maxResultBytes?: number;
   /**
    * Runs `purgeExpired()` every this many ms in the background (the timer does not keep

@@ -3,6 +3,7 @@ import { IdempotencyConfigurationError } from '../../core/errors.js';
 import type { IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
 import { DEFAULT_MAX_RESPONSE_BYTES } from '../../core/defaults.js';
+import { sizeLimitOf } from '../../core/max-response-bytes.js';
 import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
 import type {
   ClaimRequest,
@@ -57,6 +58,8 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private lockRetries = 0;
   private readonly listeners = new StoreEventListeners();
   readonly purgeBatchSize: number;
+  /** The largest result the table must hold (`maxResponseBytes`, or its deprecated alias `maxResultBytes`). */
+  private readonly maxResponseBytes: number;
 
   constructor(
     readonly dataSource: DataSource,
@@ -65,7 +68,10 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     checkWholeNumber('TypeOrmIdempotencyStore', 'purgeBatchSize', options.purgeBatchSize, { example: '1_000' });
     checkWholeNumber('TypeOrmIdempotencyStore', 'purgeInterval', options.purgeInterval, { unit: 'ms', min: 0, example: '60_000' });
     checkTuning('TypeOrmIdempotencyStore', options);
-    checkWholeNumber('TypeOrmIdempotencyStore', 'maxResultBytes', options.maxResultBytes, { example: '1_048_576' });
+    // A message names the option the user wrote, the deprecated alias included.
+    const size = sizeLimitOf('TypeOrmIdempotencyStore', options);
+    checkWholeNumber('TypeOrmIdempotencyStore', size.name, size.value, { example: '1_048_576' });
+    this.maxResponseBytes = (size.value as number | undefined) ?? DEFAULT_MAX_RESPONSE_BYTES;
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
     if (options.purgeInterval) {
       this.purgeSchedule = new PurgeSchedule(
@@ -129,7 +135,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       // MySQL family: learn now which claim the server takes, rather than on the first request.
       const server = await serverDialect(this.dataSource, dialect);
       // The table must hold the largest result any handler of this store may store.
-      const bytes = Math.max(this.options.maxResultBytes ?? DEFAULT_MAX_RESPONSE_BYTES, requirements?.maxResponseBytes ?? 0);
+      const bytes = Math.max(this.maxResponseBytes, requirements?.maxResponseBytes ?? 0);
       await server.verify?.(this.dataSource, bytes);
     } catch (error) {
       throw this.failure(error);
