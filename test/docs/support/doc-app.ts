@@ -1,0 +1,282 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { freePort, waitFor } from '../../messages/support.js';
+
+/**
+ * A documentation page's applications, built and run as a user meets them. Every app a
+ * page shows as files (```ts file=src/main.ts app=redis, see scripts/doc-apps.mjs) is
+ * written to a folder of its own, compiled by `tsc` with its tsconfig.json against the
+ * built package (CommonJS, as `nest new` makes apps), and started like the page's `npm
+ * start` (`node dist/main.js`). A page that shows no package.json or tsconfig.json gets
+ * getting-started's, which the pages point to (`strict: true`).
+ *
+ * The package is built once per content of lib/ and shared by every page's apps, in
+ * `.tmp/docs-apps/pkg-<hash>/node_modules/nestjs-idempotency`; the apps live beside it, so
+ * Node finds it there and everything else in the repository's node_modules, the one
+ * install all scratch apps share.
+ */
+
+export type AppFiles = Map<string, { code: string; lang?: string; line?: number }>;
+
+export const root = join(__dirname, '..', '..', '..');
+const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+
+// The reader is shared with scripts/check-docs.mjs, an ES module; Jest's transform loads it.
+const { docAppsOf } = require('../../../scripts/doc-apps.mjs') as { docAppsOf: (markdown: string) => Map<string, AppFiles> };
+
+/** Runs a command to its end; rejects with its output when it exits non-zero. */
+export function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    child.on('exit', (code) =>
+      code === 0 ? resolve(output) : reject(new Error(`${command} ${args.join(' ')} (in ${cwd}) exited ${code}:\n${output}`)),
+    );
+  });
+}
+
+/**
+ * The apps of docs/<page>.md by name (`default` for blocks without `app=`), each with
+ * getting-started's package.json and tsconfig.json unless the page shows its own.
+ */
+export function pageApps(page: string): Map<string, AppFiles> {
+  const apps = docAppsOf(readFileSync(join(root, 'docs', `${page}.md`), 'utf8'));
+  const gettingStarted = docAppsOf(readFileSync(join(root, 'docs', 'getting-started.md'), 'utf8')).get('default')!;
+  const projectFiles: AppFiles = new Map([...gettingStarted].filter(([path]) => path === 'package.json' || path === 'tsconfig.json'));
+  return new Map([...apps].map(([name, files]) => [name, new Map([...projectFiles, ...files])]));
+}
+
+function libHash(): string {
+  const hash = createHash('sha256');
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir).sort()) {
+      const path = join(dir, name);
+      if (statSync(path).isDirectory()) walk(path);
+      else hash.update(relative(root, path)).update('\0').update(readFileSync(path)).update('\0');
+    }
+  };
+  walk(join(root, 'lib'));
+  for (const file of ['package.json', 'tsconfig.build.json']) hash.update(readFileSync(join(root, file)));
+  return hash.digest('hex').slice(0, 16);
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The folder whose node_modules holds the package as npm installs it for a CommonJS app
+ * (package.json and dist/cjs), built once for this content of lib/: suites running at
+ * the same time wait for the one that builds it.
+ */
+export async function installedPackage(): Promise<string> {
+  const home = join(root, '.tmp', 'docs-apps', `pkg-${libHash()}`);
+  const ready = join(home, '.ready');
+  const lock = `${home}.lock`;
+  mkdirSync(dirname(home), { recursive: true });
+  for (;;) {
+    if (existsSync(ready)) return home;
+    try {
+      mkdirSync(lock);
+    } catch {
+      let owner = 0;
+      try {
+        owner = Number(readFileSync(join(lock, 'pid'), 'utf8'));
+      } catch {
+        // the builder has not written its pid yet, or has just finished
+      }
+      if (owner && !processAlive(owner)) rmSync(lock, { recursive: true, force: true });
+      else await waitFor('another suite to build the package for the docs apps', () => existsSync(ready) || !existsSync(lock), 240_000);
+      continue;
+    }
+    try {
+      writeFileSync(join(lock, 'pid'), String(process.pid));
+      if (!existsSync(ready)) await buildPackage(join(home, 'node_modules', 'nestjs-idempotency'));
+      writeFileSync(ready, new Date().toISOString());
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+}
+
+async function buildPackage(target: string): Promise<void> {
+  rmSync(target, { recursive: true, force: true });
+  const out = join(target, 'dist', 'cjs');
+  mkdirSync(out, { recursive: true });
+  copyFileSync(join(root, 'package.json'), join(target, 'package.json'));
+  const args = [
+    '-p',
+    'tsconfig.build.json',
+    '--outDir',
+    out,
+    '--module',
+    'CommonJS',
+    '--moduleResolution',
+    'Node10',
+    '--ignoreDeprecations',
+    '6.0',
+  ];
+  await run(process.execPath, [tsc, ...args], root);
+  writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'commonjs' }));
+}
+
+const made: string[] = [];
+
+/**
+ * Writes each named app of docs/<page>.md to a folder of its own and builds it with `tsc
+ * -p <tsconfig>` (the page's `npm run build`); resolves to the folders by app name.
+ * `extra` adds files a page tells the reader to take from another page.
+ */
+export async function buildPageApps(
+  page: string,
+  names: string[],
+  options: { tsconfig?: string; extra?: Record<string, AppFiles> } = {},
+): Promise<Map<string, string>> {
+  const apps = pageApps(page);
+  const home = await installedPackage();
+  const dirs = new Map<string, string>();
+  await Promise.all(
+    names.map(async (name) => {
+      const files = apps.get(name) ?? options.extra?.[name];
+      if (!files) throw new Error(`docs/${page}.md shows no app "${name}" (it shows: ${[...apps.keys()].join(', ')})`);
+      const dir = join(home, `${page}-${name}-${process.pid}`);
+      rmSync(dir, { recursive: true, force: true });
+      made.push(dir);
+      for (const [path, { code }] of files) {
+        mkdirSync(dirname(join(dir, path)), { recursive: true });
+        writeFileSync(join(dir, path), code);
+      }
+      await run(process.execPath, [tsc, '-p', options.tsconfig ?? 'tsconfig.json'], dir);
+      dirs.set(name, dir);
+    }),
+  );
+  return dirs;
+}
+
+export interface RunningApp {
+  child: ChildProcess;
+  output: () => string;
+  /** Resolves to the exit code once the process has exited. */
+  exited: Promise<number | null>;
+}
+
+const running: RunningApp[] = [];
+
+/** `npm start` of the page: `node dist/main.js` (or another script) in the app's folder. */
+export function startApp(dir: string, env: Record<string, string> = {}, script = 'dist/main.js'): RunningApp {
+  const child = spawn(process.execPath, [script], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const app = { child, output: () => output, exited };
+  running.push(app);
+  return app;
+}
+
+/** Starts an HTTP app on a free port (`PORT`) and resolves once it answers. */
+export async function startHttpApp(dir: string, env: Record<string, string> = {}): Promise<{ base: string; app: RunningApp }> {
+  const port = await freePort();
+  const app = startApp(dir, { ...env, PORT: String(port) });
+  const base = `http://127.0.0.1:${port}`;
+  await waitFor(
+    `the app in ${dir} to answer`,
+    async () => {
+      if (app.child.exitCode !== null) throw new Error(`the app exited (${app.child.exitCode}):\n${app.output()}`);
+      return fetch(base).then(
+        () => true,
+        () => false,
+      );
+    },
+    30_000,
+  );
+  return { base, app };
+}
+
+/**
+ * Sends SIGTERM (the page's `enableShutdownHooks()` closes the app, then Nest re-raises
+ * the signal) and resolves once the process has exited on its own; rejects when a handle
+ * the page left open (a client nobody closes) keeps it alive past the deadline, or when
+ * it exits with an error code.
+ */
+export async function stopApp(app: RunningApp, timeoutMs = 15_000): Promise<void> {
+  if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill('SIGTERM');
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'alive'>((resolve) => (timer = setTimeout(() => resolve('alive'), timeoutMs)));
+  const outcome = await Promise.race([app.exited, deadline]).finally(() => clearTimeout(timer));
+  if (outcome === 'alive') {
+    app.child.kill('SIGKILL');
+    throw new Error(`the app did not exit within ${timeoutMs} ms of SIGTERM (a handle is left open):\n${app.output()}`);
+  }
+  const clean = app.child.exitCode === 0 || app.child.signalCode === 'SIGTERM';
+  if (!clean) throw new Error(`the app exited with ${app.child.exitCode ?? app.child.signalCode} on SIGTERM:\n${app.output()}`);
+}
+
+/** Runs a script of the app to its end, e.g. `node dist/seed.js`, resolving to its output. */
+export async function runApp(
+  dir: string,
+  script: string,
+  env: Record<string, string> = {},
+  timeoutMs = 60_000,
+): Promise<{ code: number | null; output: string }> {
+  const app = startApp(dir, env, script);
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'alive'>((resolve) => (timer = setTimeout(() => resolve('alive'), timeoutMs)));
+  const outcome = await Promise.race([app.exited, deadline]).finally(() => clearTimeout(timer));
+  if (outcome === 'alive') {
+    app.child.kill('SIGKILL');
+    throw new Error(`node ${script} in ${dir} did not exit within ${timeoutMs} ms:\n${app.output()}`);
+  }
+  return { code: outcome, output: app.output() };
+}
+
+/** Kills what is still running and removes the apps' folders: call it in afterAll. */
+export function cleanUpDocApps(): void {
+  for (const app of running) if (app.child.exitCode === null && app.child.signalCode === null) app.child.kill('SIGKILL');
+  running.length = 0;
+  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
+
+export interface JsonAnswer {
+  status: number;
+  replayed: string | null;
+  headers: Headers;
+  body: any;
+}
+
+/** A JSON request as curl in the page sends it; `key` becomes the Idempotency-Key header. */
+export async function requestJson(
+  base: string,
+  method: string,
+  path: string,
+  options: { body?: unknown; key?: string; headers?: Record<string, string> } = {},
+): Promise<JsonAnswer> {
+  const response = await fetch(base + path, {
+    method,
+    headers: {
+      ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
+      ...(options.key ? { 'idempotency-key': options.key } : {}),
+      ...options.headers,
+    },
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
+  const text = await response.text();
+  let body: unknown = text;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), headers: response.headers, body };
+}
+
+export { freePort, waitFor };
