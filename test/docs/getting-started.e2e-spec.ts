@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import * as amqp from 'amqplib';
 import { Client } from 'pg';
 import { RABBITMQ_URL } from '../messages/support.js';
-import { buildPageApps, cleanUpDocApps, requestJson, startApp, startHttpApp, stopApp, waitFor } from './support/doc-app.js';
+import { buildPageApps, cleanUpDocApps, run, requestJson, startApp, startHttpApp, stopApp, waitFor } from './support/doc-app.js';
 
 /**
  * The getting-started page, and the RabbitMQ quick start of docs/messages.md, as a user
@@ -62,6 +64,12 @@ describe('docs/getting-started.md and the RabbitMQ quick start, built and run as
   it('the memory store app (steps 2 and 3)', async () => {
     const { base, app } = await startHttpApp(dirs.get('memory')!);
     await expectStepThree(base);
+    // Step 3's curl commands as the page prints them, on this app's port.
+    const script = readFileSync(join(dirs.get('memory')!, 'call.sh'), 'utf8').replaceAll('localhost:3000', base);
+    const statuses = [
+      ...(await run('bash', ['-c', script], dirs.get('memory')!)).matchAll(/^HTTP\/[\d.]+ (\d+).*$|^idempotent-replayed: (\S+)/gim),
+    ];
+    expect(statuses.map(([, status, replayed]) => status ?? `replayed ${replayed}`)).toEqual(['201', '201', 'replayed true', '422', '400']);
     await stopApp(app);
   });
 

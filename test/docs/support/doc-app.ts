@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
@@ -50,7 +50,19 @@ export function pageApps(page: string): Map<string, AppFiles> {
   return new Map([...apps].map(([name, files]) => [name, new Map([...projectFiles, ...files])]));
 }
 
+/**
+ * Where the package is built from: the working tree, or with `DOCS_LIB_REF=<commit>` (e.g.
+ * `HEAD`) that commit's lib/, so that a page can be checked while lib/ is being edited.
+ */
+const LIB_REF = process.env.DOCS_LIB_REF;
+const SOURCES = ['lib', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
+
 function libHash(): string {
+  if (LIB_REF) {
+    const tree = spawnSync('git', ['rev-parse', `${LIB_REF}:lib`], { cwd: root, encoding: 'utf8' });
+    if (tree.status !== 0) throw new Error(`DOCS_LIB_REF=${LIB_REF}: ${tree.stderr}`);
+    return createHash('sha256').update(tree.stdout.trim()).update(LIB_REF).digest('hex').slice(0, 16);
+  }
   const hash = createHash('sha256');
   const walk = (dir: string) => {
     for (const name of readdirSync(dir).sort()) {
@@ -60,8 +72,18 @@ function libHash(): string {
     }
   };
   walk(join(root, 'lib'));
-  for (const file of ['package.json', 'tsconfig.build.json']) hash.update(readFileSync(join(root, file)));
+  for (const file of SOURCES.slice(1)) hash.update(readFileSync(join(root, file)));
   return hash.digest('hex').slice(0, 16);
+}
+
+/** The folder holding lib/ and the build's config: the repository, or DOCS_LIB_REF's export of them. */
+async function sourcesDir(home: string): Promise<string> {
+  if (!LIB_REF) return root;
+  const dir = join(home, 'sources');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  await run('bash', ['-c', `git archive ${LIB_REF} ${SOURCES.join(' ')} | tar -x -C "${dir}"`], root);
+  return dir;
 }
 
 function processAlive(pid: number): boolean {
@@ -100,7 +122,7 @@ export async function installedPackage(): Promise<string> {
     }
     try {
       writeFileSync(join(lock, 'pid'), String(process.pid));
-      if (!existsSync(ready)) await buildPackage(join(home, 'node_modules', 'nestjs-idempotency'));
+      if (!existsSync(ready)) await buildPackage(join(home, 'node_modules', 'nestjs-idempotency'), await sourcesDir(home));
       writeFileSync(ready, new Date().toISOString());
     } finally {
       rmSync(lock, { recursive: true, force: true });
@@ -108,11 +130,11 @@ export async function installedPackage(): Promise<string> {
   }
 }
 
-async function buildPackage(target: string): Promise<void> {
+async function buildPackage(target: string, sources: string): Promise<void> {
   rmSync(target, { recursive: true, force: true });
   const out = join(target, 'dist', 'cjs');
   mkdirSync(out, { recursive: true });
-  copyFileSync(join(root, 'package.json'), join(target, 'package.json'));
+  copyFileSync(join(sources, 'package.json'), join(target, 'package.json'));
   const args = [
     '-p',
     'tsconfig.build.json',
@@ -125,7 +147,7 @@ async function buildPackage(target: string): Promise<void> {
     '--ignoreDeprecations',
     '6.0',
   ];
-  await run(process.execPath, [tsc, ...args], root);
+  await run(process.execPath, [tsc, ...args], sources);
   writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'commonjs' }));
 }
 
