@@ -18,12 +18,23 @@ export type { ResolvedHandlerConfig, TransportAdapter } from './nest/transport.a
 export { isIdempotencyRpcError, type IdempotencyRpcError } from './nest/transports/rpc/rpc-error.js';
 
 // Stores: the contract for your own, and the embedded default.
-export { IdempotencyStore, type ClaimRequest, type CompleteRequest, type StoreRequirements } from './core/store.js';
+export {
+  IdempotencyStore,
+  type ClaimRequest,
+  type CompleteRequest,
+  type StoreRequirements,
+  type StepRequest,
+  type IdempotencyStepStore,
+} from './core/store.js';
 export type { IdempotencyRecord, ClaimResult } from './core/record.js';
 export { MemoryIdempotencyStore } from './core/memory.store.js';
 
 // Plain functions.
 export { makeIdempotent, type MakeIdempotentOptions, type IdempotentFunction } from './core/make-idempotent.js';
+
+// Durable steps inside any idempotent execution (docs/steps.md).
+export { step, stepKey } from './core/steps.js';
+export { IdempotencyLeaseLostError } from './core/step-errors.js';
 
 // Events and logs.
 export type { IdempotencyEvent, IdempotencyEventType, IdempotencyEventListener } from './core/events.js';

@@ -13,6 +13,7 @@ import { Lease } from './lease.js';
 import { OrphanClaims } from './orphan-claims.js';
 import { isResolvedPolicy } from './policy.js';
 import { decodeError, decodeValue, encodeError, deserializeOutcome, valueOutcome, type StoredOutcome } from './outcome.js';
+import { enterStepSlot, stepContext, StepSlot } from './step-context.js';
 import { TimerQueue } from './timer-queue.js';
 
 // The types of an execution and of its lease, for the modules that import them from here.
@@ -63,7 +64,14 @@ export class IdempotencyEngine {
    * `IdempotencyFingerprintMismatchError`, `IdempotencyInFlightError` or
    * `IdempotencyStoreUnavailableError`.
    */
-  async admit(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
+  admit(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
+    // The Nest runtime calls the handler itself once this resolves: the slot entered here,
+    // before the claim's first await, is the context its continuation runs the handler in,
+    // so step() finds the lease the claim puts in it (step-context.ts).
+    return this.claim(request, policy, enterStepSlot());
+  }
+
+  private async claim(request: ExecutionRequest, policy: ExecutionPolicy, slot: StepSlot | undefined): Promise<Admission> {
     // A policy from resolvePolicy() was checked once, when it was resolved; only one built by hand is checked here.
     // A constant owner: a name built per call would cost an allocation on every request.
     if (!isResolvedPolicy(policy)) checkExecutionPolicy('IdempotencyEngine', policy);
@@ -87,13 +95,18 @@ export class IdempotencyEngine {
         if (outage) this.orphanClaims.undo(policy.store, request.key, token, callStartedAt + policy.leaseTtl);
         const failOpen = outage && policy.onStoreError === 'fail-open';
         emit(policy, 'store_error', request.key, startedAt, { error, failOpen, storeLatencyMs });
-        if (failOpen) return { kind: 'unprotected' };
+        if (failOpen) {
+          if (slot) slot.unprotected = true;
+          return { kind: 'unprotected' };
+        }
         throw known ? error : new IdempotencyStoreUnavailableError(error);
       }
       const storeLatencyMs = Date.now() - callStartedAt;
       if (claim.claimed) {
         emit(policy, 'claimed', request.key, startedAt, { storeLatencyMs });
-        return { kind: 'execute', lease: new Lease(this, request.key, token, policy, startedAt) };
+        const lease = new Lease(this, request.key, token, policy, startedAt, request.fingerprint);
+        if (slot) slot.host = lease;
+        return { kind: 'execute', lease };
       }
       const record = claim.record;
       if (request.fingerprint !== undefined && record.fingerprint !== undefined && record.fingerprint !== request.fingerprint) {
@@ -134,13 +147,14 @@ export class IdempotencyEngine {
    * rethrow a cached error; a value that cannot be copied is reported as not storable.
    */
   async execute<T>(request: ExecutionRequest, policy: ExecutionPolicy, fn: () => Promise<T> | T): Promise<ExecutionResult<T>> {
-    const admission = await this.admit(request, policy);
+    // No slot in the caller's context: the function runs in one of the lease's own (lease.run).
+    const admission = await this.claim(request, policy, undefined);
     if (admission.kind === 'replay') return { value: replayValue(admission.outcome, policy.errorClasses) as T, replayed: true };
-    if (admission.kind === 'unprotected') return { value: await fn(), replayed: false };
+    if (admission.kind === 'unprotected') return { value: await runUnprotected(fn), replayed: false };
     const { lease } = admission;
     let value: T;
     try {
-      value = await fn();
+      value = await lease.run(fn);
     } catch (error) {
       // Encoded only when it is stored: a released key needs no copy of the error.
       if (policy.cacheErrors?.(error)) await lease.storeError({ kind: 'error', error: encodeError(error) });
@@ -199,6 +213,13 @@ export function replayValue(outcome: StoredOutcome, errorClasses?: readonly Erro
     default:
       throw new IdempotencyNotReplayableError(outcome.reason);
   }
+}
+
+/** A function run through a store outage (fail-open): its step() calls are refused, never run unrecorded. */
+function runUnprotected<T>(fn: () => Promise<T> | T): Promise<T> | T {
+  const slot = new StepSlot(undefined);
+  slot.unprotected = true;
+  return stepContext.run(slot, fn);
 }
 
 function renewLease(lease: Lease): void {

@@ -29,7 +29,11 @@ export type IdempotencyEventType =
    * The memory store, full, dropped a completed result before its `ttl` ran out: a retry
    * with that key would run the handler again. Raise `maxEntries` or move to a shared store.
    */
-  | 'evicted_before_expiry';
+  | 'evicted_before_expiry'
+  /** A `step()` ran and its result was recorded (`step` names it). */
+  | 'step_completed'
+  /** A `step()` finished by an earlier attempt of the execution returned its recorded result without running (`step` names it). */
+  | 'step_replayed';
 
 /** One outcome of an idempotent execution, as `onEvent` listeners receive it. */
 export interface IdempotencyEvent {
@@ -49,6 +53,8 @@ export interface IdempotencyEvent {
   readonly failOpen?: boolean;
   /** For `response_not_storable`: why. */
   readonly reason?: string;
+  /** For `step_completed` and `step_replayed`: the step's name. */
+  readonly step?: string;
 }
 
 /** Receives every `IdempotencyEvent` (the module's `onEvent` option). */

@@ -11,3 +11,5 @@ export { Lease } from './lease.js';
 export * from './defaults.js';
 export * from './make-idempotent.js';
 export type { CacheErrors, ErrorClass } from './cached-errors.js';
+export { step, stepKey } from './steps.js';
+export { IdempotencyLeaseLostError } from './step-errors.js';

@@ -1,6 +1,7 @@
 import type { IdempotencyEventType } from './events.js';
 import { emitExecutionEvent as emit, type ExecutionPolicy } from './execution.js';
 import { serializeOutcome, type StoredOutcome } from './outcome.js';
+import { runWithSteps, type StepHost, type StepLedger } from './step-context.js';
 import type { IdempotencyStore } from './store.js';
 import type { TimerQueue, TimerQueueItem } from './timer-queue.js';
 
@@ -19,7 +20,7 @@ export interface LeaseOwner {
  * the lease, and is settled once: by `complete`, `fail`, `release` or `abandon`, whichever
  * comes first (later calls do nothing).
  */
-export class Lease implements TimerQueueItem {
+export class Lease implements TimerQueueItem, StepHost {
   /**
    * When the next renewal is due (`performance.now()` ms), while the lease is in its
    * renewal queue. Published (not internal): the types must show what `TimerQueueItem`
@@ -31,13 +32,19 @@ export class Lease implements TimerQueueItem {
   private lost = false;
   /** Until when the lease is ours as far as this process knows (claim or last successful renew + leaseTtl), epoch ms. */
   private leaseValidUntil: number;
+  /** @internal The steps of this execution (step.ts), once its handler called `step()`. */
+  stepLedger?: StepLedger;
 
   constructor(
     private readonly engine: LeaseOwner,
     readonly key: string,
     readonly token: string,
-    private readonly policy: ExecutionPolicy,
-    private readonly startedAt: number,
+    /** @internal */
+    readonly policy: ExecutionPolicy,
+    /** @internal */
+    readonly startedAt: number,
+    /** The fingerprint the key was claimed with: steps are recorded under it. */
+    readonly fingerprint?: string,
   ) {
     this.leaseValidUntil = Date.now() + policy.leaseTtl;
     engine.markRunning(key);
@@ -55,6 +62,19 @@ export class Lease implements TimerQueueItem {
   /** True once another worker took the key over; this execution's result will not be stored. */
   get isLost(): boolean {
     return this.lost;
+  }
+
+  /** True once the lease is completed, released or abandoned. */
+  get isSettled(): boolean {
+    return this.settled;
+  }
+
+  /**
+   * Runs the handler as this lease's execution: `step()` and `stepKey()` called inside
+   * `fn` (and in what it awaits) record under this key, token and fingerprint.
+   */
+  run<T>(fn: () => T): T {
+    return runWithSteps(this, fn);
   }
 
   /** Stores the outcome for replay. Never throws: a store failure here is reported, not raised. */

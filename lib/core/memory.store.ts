@@ -1,6 +1,6 @@
 import type { ClaimResult, CompletedRecord, IdempotencyRecord, InProgressRecord } from './record.js';
 import type { IdempotencyEventListener } from './events.js';
-import type { ClaimRequest, CompleteRequest, IdempotencyStore } from './store.js';
+import type { ClaimRequest, CompleteRequest, IdempotencyStore, StepRequest } from './store.js';
 import { ExpiringMap } from './expiring-map.js';
 import { StoreEventListeners } from './store-events.js';
 import { checkWholeNumber } from './options.js';
@@ -29,6 +29,8 @@ export interface MemoryIdempotencyStoreOptions {
 export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly leases = new ExpiringMap<string, InProgressRecord>((lease) => lease.leaseExpiresAt);
   private readonly completed = new ExpiringMap<string, CompletedRecord>((done) => done.expiresAt);
+  /** The step records of each key: apart from the records, as a release must keep them. */
+  private readonly steps = new ExpiringMap<string, StepBox>((box) => box.expiresAt);
   readonly maxEntries: number;
   private readonly listeners = new StoreEventListeners();
 
@@ -47,6 +49,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const existing = this.live(key, now);
     if (existing) return { claimed: false, record: existing };
     this.sweepHead(now);
+    this.steps.sweep(now, 2);
     if (this.size >= this.maxEntries && !this.evictOneCompleted(now)) {
       throw new Error(
         `MemoryIdempotencyStore is full: all ${this.maxEntries} entries are running leases. Raise maxEntries or lower leaseTtl.`,
@@ -103,7 +106,24 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return this.live(key, Date.now());
   }
 
+  async loadSteps(key: string): Promise<Readonly<Record<string, string>>> {
+    return { ...this.steps.live(key, Date.now())?.steps };
+  }
+
+  async saveStep(key: string, token: string, request: StepRequest): Promise<boolean> {
+    const now = Date.now();
+    if (!this.ownedLease(key, token, now)) return false;
+    const box = this.steps.live(key, now);
+    // Bounded like the records: the oldest key's steps go first (its retry would run them again).
+    if (!box && this.steps.size >= this.maxEntries) this.steps.deleteOldest();
+    const steps = { ...box?.steps, [request.step]: request.result };
+    // One expiry per key, pushed back by each write, so the box moves to the end of the map.
+    this.steps.set(key, { expiresAt: Math.max(box?.expiresAt ?? 0, now + request.ttl), steps });
+    return true;
+  }
+
   async delete(key: string): Promise<boolean> {
+    this.steps.delete(key);
     const hadLease = this.leases.delete(key);
     return this.completed.delete(key) || hadLease;
   }
@@ -114,6 +134,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   clear(): void {
     this.leases.clear();
     this.completed.clear();
+    this.steps.clear();
   }
 
   private ownedLease(key: string, token: string, now: number): InProgressRecord | undefined {
@@ -151,4 +172,10 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     }
     return true;
   }
+}
+
+/** The finished steps of one key, by step id, and when they all expire. */
+interface StepBox {
+  readonly expiresAt: number;
+  readonly steps: Readonly<Record<string, string>>;
 }

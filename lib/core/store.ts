@@ -19,6 +19,40 @@ export interface CompleteRequest {
   readonly ttl: number;
 }
 
+/** What `IdempotencyStore.saveStep` records: one finished step of an execution. */
+export interface StepRequest {
+  /** The step's id within the key (`[A-Za-z0-9_-]`, at most 64 characters): the core derives it from the step name and the fingerprint. */
+  readonly step: string;
+  /** Opaque serialized result of the step. */
+  readonly result: string;
+  /** How long the step record is kept, in ms (the execution's retention): it outlives a release of the key. */
+  readonly ttl: number;
+}
+
+/**
+ * The step records of `step()` (docs/steps.md), an optional capability of a store. Every
+ * built-in store has it; `step()` refuses to run on a store without it.
+ * - `loadSteps` returns every live step record of the key (any attempt, any
+ *   fingerprint), by step id, in one round trip; `{}` when there is none.
+ * - `saveStep` is a compare-and-set on `token`, like `renew`: it records the step
+ *   (replacing one of the same id) and returns `true` only while the key is
+ *   `in_progress` under that exact token and its lease has not expired; otherwise it
+ *   changes nothing and returns `false` (the lease was lost: fencing).
+ * - Step records live at least `ttl` after their write (a store may keep one expiry per
+ *   key, pushed back by each write), whatever happens to the key's record:
+ *   `release` and a lease running out leave them (a retry resumes from them); `delete`
+ *   removes them with the record. They never take part in `claim`.
+ */
+export interface IdempotencyStepStore {
+  loadSteps(key: string): Promise<Readonly<Record<string, string>>>;
+  saveStep(key: string, token: string, request: StepRequest): Promise<boolean>;
+}
+
+/** True when `store` can record steps (see `IdempotencyStepStore`). */
+export function supportsSteps<S extends IdempotencyStore>(store: S): store is S & IdempotencyStepStore {
+  return typeof store.loadSteps === 'function' && typeof store.saveStep === 'function';
+}
+
 /** What the handlers that use a store need of it, as `IdempotencyModule` tells `verify()` at boot. */
 export interface StoreRequirements {
   /** The largest serialized result one of them may store, bytes (their largest `maxResponseBytes`). */
@@ -54,8 +88,12 @@ export interface IdempotencyStore {
   renew(key: string, token: string, leaseTtl: number): Promise<boolean>;
   /** The live record, or `undefined` when absent or expired. */
   get(key: string): Promise<IdempotencyRecord | undefined>;
-  /** Removes the record whatever its state (support tooling); true when one existed. */
+  /** Removes the record whatever its state (support tooling), and its step records; true when one existed. */
   delete(key: string): Promise<boolean>;
+  /** Optional: every step record of the key, by step id (see `IdempotencyStepStore`). */
+  loadSteps?(key: string): Promise<Readonly<Record<string, string>>>;
+  /** Optional: records a finished step, compare-and-set on the lease token (see `IdempotencyStepStore`). */
+  saveStep?(key: string, token: string, request: StepRequest): Promise<boolean>;
   /** Optional readiness probe for health checks. */
   ping?(): Promise<void>;
   /**

@@ -19,6 +19,8 @@ export const DEFAULT_IDEMPOTENCY_LOG_LEVELS: Readonly<Record<IdempotencyEventTyp
   response_not_storable: 'warn',
   store_error: 'error',
   evicted_before_expiry: 'warn',
+  step_completed: 'debug',
+  step_replayed: 'debug',
 };
 
 export interface IdempotencyLoggerOptions {
@@ -74,7 +76,7 @@ export function createIdempotencyLogger(options: IdempotencyLoggerOptions = {}):
 
 /** The one-line text of an event, as `createIdempotencyLogger` writes it. */
 export function formatIdempotencyEvent(event: IdempotencyEvent): string {
-  let line = `${event.type} ${event.handler ?? '-'} key=${event.key} in ${event.durationMs} ms`;
+  let line = `${event.type} ${event.handler ?? '-'} key=${event.key}${event.step === undefined ? '' : ` step=${event.step}`} in ${event.durationMs} ms`;
   if (event.storeLatencyMs !== undefined) line += ` (store ${event.storeLatencyMs} ms)`;
   if (event.failOpen !== undefined) line += event.failOpen ? ' fail-open: the handler ran unprotected' : ' fail-closed';
   if (event.reason) line += `: ${event.reason}`;

@@ -8,6 +8,7 @@ import { Effects } from '../support/effects.js';
 import { REDIS_HOST, REDIS_PORT, deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import { describeTransportConformance, type Answer, type ConformanceDriver } from './conformance.js';
 import { RICH_VALUES, richReplays } from './in-process.js';
+import { stepProbe } from './steps.js';
 
 /**
  * `process(job)` of @nestjs/bullmq processors on the real Redis, with the default key.
@@ -27,7 +28,7 @@ interface JobData {
 
 const effects = new Effects();
 const prefix = runPrefix('conformance-bullmq');
-const QUEUES = ['billing', 'shipping', 'rich'] as const;
+const QUEUES = ['billing', 'shipping', 'rich', 'steps'] as const;
 const ATTEMPTS = 3;
 
 function processorModule(queue: string): { module: Type<unknown>; processor: Type<WorkerHost> } {
@@ -36,6 +37,7 @@ function processorModule(queue: string): { module: Type<unknown>; processor: Typ
   class RefundProcessor extends WorkerHost {
     @Idempotent()
     async process(job: Job<JobData>): Promise<unknown> {
+      if (queue === 'steps') await stepProbe.run();
       const run = effects.hit(queue);
       if (queue === 'rich') return RICH_VALUES[job.data.input as string](run);
       return { operation: queue, principal: job.data.tenant, run } satisfies Answer;
@@ -152,6 +154,7 @@ const driver: ConformanceDriver<unknown, BullSeen> = {
   inputs: { operation: 'billing', pairs: [{ name: 'other job data', a: { amount: 1 }, b: { amount: 2 } }] },
   replays: richReplays('rich', (kind) => kind).filter((replay) => storable.some((kind) => replay.name.startsWith(`${kind}:`))),
   refusals: { operation: 'billing', missingKey: false },
+  steps: { operation: 'steps', probe: stepProbe, retriedByTransport: true },
   inFlight: {
     notApplicable:
       'an attempt that meets a running one waits for it (the default) or fails an attempt BullMQ retries: no in-flight refusal reaches the producer',

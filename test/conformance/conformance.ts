@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { MemoryIdempotencyStore, isIdempotencyError, type ClaimRequest, type ClaimResult } from '../../lib/index.js';
 import { CONFORMANCE_DRIVERS, type EntryId } from './drivers.js';
+import { describeStepsCase, type StepsCase } from './steps-case.js';
 
 /**
  * The transport conformance suite: what every entry point of the library must guarantee,
@@ -102,6 +103,8 @@ export interface ConformanceDriver<I, S> {
    * and `hold()`, which keeps its next run open until the returned function is called.
    */
   readonly inFlight: { readonly operation: string; hold(): () => void } | NotApplicable;
+  /** An operation whose handler awaits `stepProbe.run()` (test/conformance/steps.ts) before answering. */
+  readonly steps: StepsCase<I> | NotApplicable;
 }
 
 /** What a driver's held operation awaits: `hold()` closes it for the next run, the returned function opens it. */
@@ -141,7 +144,7 @@ export class ConformanceStore extends MemoryIdempotencyStore {
   }
 }
 
-function isNotApplicable(value: unknown): value is NotApplicable {
+export function isNotApplicable(value: unknown): value is NotApplicable {
   return typeof (value as NotApplicable | undefined)?.notApplicable === 'string';
 }
 
@@ -332,5 +335,7 @@ export function describeTransportConformance<I, S>(name: string, driver: Conform
         });
       }
     });
+
+    describeStepsCase(driver, key);
   });
 }

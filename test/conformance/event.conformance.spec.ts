@@ -3,6 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { EventEmitter2, EventEmitterModule, OnEvent } from '@nestjs/event-emitter';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { Hold, describeTransportConformance, type ConformanceDriver, type ConformanceStore } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
@@ -62,6 +63,13 @@ class LedgerListener {
     return value;
   }
 
+  @OnEvent('conf.steps', LISTEN)
+  @Idempotent({ key: keyOf })
+  async onSteps(event: Emitted) {
+    await stepProbe.run();
+    return { operation: 'steps', principal: event.tenant, run: effects.hit('steps') };
+  }
+
   @OnEvent('conf.rich', LISTEN)
   @Idempotent({ key: keyOf })
   async onRich(event: Emitted) {
@@ -75,6 +83,7 @@ const EVENTS: Record<string, string> = {
   credited: 'conf.credited',
   held: 'conf.held',
   rich: 'conf.rich',
+  steps: 'conf.steps',
 };
 
 async function start(store: ConformanceStore, modules: unknown[]): Promise<INestApplicationContext> {
@@ -145,6 +154,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   replays: richReplays('rich', (kind) => kind),
   refusals: { operation: 'credited', missingKey: true },
   inFlight: { operation: 'held', hold: hold.hold },
+  steps: { operation: 'steps', probe: stepProbe },
 };
 
 describeTransportConformance('@Idempotent() on an @OnEvent() listener', driver);

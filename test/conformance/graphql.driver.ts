@@ -18,6 +18,7 @@ import {
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
 import { CONFIGURATION, Hold, IN_FLIGHT, UNREADABLE, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver } from './conformance.js';
+import { StepProbe } from './steps.js';
 
 /**
  * GraphQL mutations (Apollo, code first) over real HTTP. The principal is where GraphQL
@@ -35,6 +36,7 @@ interface GqlSeen {
 
 const effects = new Effects();
 const hold = new Hold();
+const stepProbe = new StepProbe();
 
 @ObjectType()
 class ConfAnswer {
@@ -141,6 +143,16 @@ class ConformanceResolver {
   }
 
   @Mutation(() => ConfAnswer)
+  @Idempotent()
+  async steps(
+    @Args('amount', { type: () => Int }) _amount: number,
+    @Context() context: Parameters<typeof principalOf>[0],
+  ): Promise<ConfAnswer> {
+    await stepProbe.run();
+    return answer('steps', context);
+  }
+
+  @Mutation(() => ConfAnswer)
   @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
   decline(@Args('amount', { type: () => Int }) amount: number): ConfAnswer {
     throw new HttpException(`amount ${amount} declined (run ${effects.hit('decline')})`, 402);
@@ -202,6 +214,7 @@ const SELECTIONS: Record<string, string> = {
   refund: '{ operation principal run }',
   credit: '{ operation principal run }',
   held: '{ operation principal run }',
+  steps: '{ operation principal run }',
   decline: '{ operation principal run }',
   v1Refund: '{ operation principal run }',
   v2Refund: '{ operation principal run }',
@@ -323,5 +336,6 @@ export function graphqlDriver(options: { interceptor?: boolean } = {}): Conforma
     ],
     refusals: { operation: 'refund', missingKey: true },
     inFlight: { operation: 'held', hold: hold.hold },
+    steps: { operation: 'steps', probe: stepProbe },
   };
 }

@@ -24,6 +24,7 @@ import { Idempotent } from '../../lib/index.js';
 import { RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { deleteKeys, redisClient, runPrefix } from '../integrations/support.js';
 import type { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { UNREADABLE, type Answer, type Hold } from './conformance.js';
 
 /*
@@ -112,6 +113,13 @@ export function controllers(effects: Effects, platform: Platform, held: Hold): T
       return value;
     }
 
+    @Post('steps')
+    @Idempotent()
+    async steps(@Req() request: { user?: { id?: string } }, @Body() body: unknown) {
+      await stepProbe.run();
+      return answer(effects, 'POST /conf/steps', request, body);
+    }
+
     @Post('declines')
     @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
     decline() {
@@ -177,6 +185,7 @@ for (const operation of [
   'POST /conf/account',
   'POST /conf/held',
   'POST /conf/declines',
+  'POST /conf/steps',
   'POST /conf/mapped',
   'POST /conf/uploads',
   'POST /conf/v1/items',

@@ -25,6 +25,7 @@ import {
   versionedModule,
   type Platform,
 } from './http-app.js';
+import { stepProbe } from './steps.js';
 
 export type { Platform };
 
@@ -234,5 +235,6 @@ export function httpDriver(
     replays,
     refusals: { operation: 'POST /conf/refunds', missingKey: true },
     inFlight: { operation: 'POST /conf/held', hold: held.hold },
+    steps: { operation: 'POST /conf/steps', probe: stepProbe },
   };
 }

@@ -1,5 +1,6 @@
 import { makeIdempotent, type IdempotencyStore, type MakeIdempotentOptions } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   DeclinedError,
@@ -61,6 +62,11 @@ async function rich(_ask: Ask, kind: unknown) {
   return RICH_VALUES[kind as string](effects.hit('rich'));
 }
 
+async function steps(ask: Ask, _input: unknown) {
+  await stepProbe.run();
+  return { operation: 'steps', principal: ask.tenant, run: effects.hit('steps') };
+}
+
 let functions: Record<string, (ask: Ask, input: unknown) => Promise<unknown>> = {};
 
 type Fn = (ask: Ask, input: unknown) => Promise<unknown>;
@@ -99,6 +105,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
       credit: wrap(store, credit),
       rich: wrap(store, rich),
       held: wrap(store, held, { inFlight: 'reject' }),
+      steps: wrap(store, steps),
       decline: wrap(store, decline),
       declineByPredicate: wrap(store, declineByPredicate, { cacheErrors: cachesDeclined }),
     };
@@ -127,6 +134,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   ],
   refusals: { operation: 'credit', missingKey: true },
   inFlight: { operation: 'held', hold: hold.hold },
+  steps: { operation: 'steps', probe: stepProbe },
 };
 
 describeTransportConformance('makeIdempotent(fn)', driver);

@@ -21,6 +21,7 @@ import { Idempotent, IdempotencyInterceptor, IdempotencyModule, isIdempotencyRpc
 import { Effects } from '../support/effects.js';
 import { NATS_URL, RABBITMQ_URL, RabbitProbe, freePort, nestMicroservicesMajor, uniqueName } from '../messages/support.js';
 import { entryId } from './drivers.js';
+import { StepProbe } from './steps.js';
 import { Hold, IN_FLIGHT, KEY_MISSING, MISMATCH, type Answer, type ConformanceDriver, type ReplayCase } from './conformance.js';
 
 /**
@@ -69,6 +70,7 @@ const STATUS_OF: Record<string, number> = { [MISMATCH]: 422, [KEY_MISSING]: 400,
 export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?: boolean } = {}): ConformanceDriver<unknown, RpcSeen> {
   const effects = new Effects();
   const hold = new Hold();
+  const stepProbe = new StepProbe();
   // Subjects of this run alone: the NATS server is shared.
   const prefix = uniqueName(`conf_${transport}`).replace(/-/g, '_');
   const p = (name: string) => `${prefix}.${name}`;
@@ -129,6 +131,13 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
       return value;
     }
 
+    @MessagePattern(p('steps'))
+    @Idempotent(options)
+    async steps(@Payload() command: Command, @Ctx() context: NatsContext | RmqContext) {
+      await stepProbe.run();
+      return answer('steps', tenantOf(command, context));
+    }
+
     @MessagePattern(p('decline'))
     @Idempotent({ ...options, cacheErrors: (error) => error instanceof RpcException })
     decline() {
@@ -163,6 +172,7 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     credit: p('credit'),
     quote: p('quote'),
     held: p('held'),
+    steps: p('steps'),
     decline: p('decline'),
     '{version:1}': V1,
     '{version:2}': V2,
@@ -307,5 +317,6 @@ export function rpcDriver(transport: RpcTransport, driverOptions: { interceptor?
     replays,
     refusals: { operation: 'credit', missingKey: true },
     inFlight: { operation: 'held', hold: hold.hold },
+    steps: { operation: 'steps', probe: stepProbe },
   };
 }

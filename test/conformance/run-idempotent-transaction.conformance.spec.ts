@@ -1,6 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { TypeOrmIdempotencyStore, runIdempotentTransaction } from '../../lib/typeorm/index.js';
 import { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { createPgDataSource } from '../typeorm/support.js';
 import { describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
@@ -35,6 +36,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
     const clientKey = key === undefined ? '' : principal ? `${principal}:${key}` : key;
     return seen(() =>
       runIdempotentTransaction(dataSource, { key: clientKey, scope: operation, fingerprint: input }, async () => {
+        if (operation === 'steps') await stepProbe.run();
         const run = effects.hit(operation);
         return operation === 'rich' ? RICH_VALUES[input as string](run) : { operation, principal, run };
       }),
@@ -51,6 +53,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   replays: richReplays('rich', (kind) => kind),
   // The key is a required option: there is no call without one.
   refusals: { operation: 'refund', missingKey: false },
+  steps: { operation: 'steps', probe: stepProbe },
   inFlight: {
     notApplicable:
       'a concurrent duplicate waits for the first transaction (the record row is locked) and then replays it: there is no in-flight refusal',

@@ -3,6 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { Cron, Interval, ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { StepProbe } from './steps.js';
 import type { Answer, ConformanceDriver, ConformanceStore, SameNamesApp } from './conformance.js';
 
 /**
@@ -56,7 +57,7 @@ class Ticks {
 
 type JobClass = Type<{ run(): Promise<void> }>;
 
-function jobModule(kind: ScheduleKind, effects: Effects, log: Answer[], name: string | undefined, operation: string) {
+function jobModule(kind: ScheduleKind, effects: Effects, log: Answer[], name: string | undefined, operation: string, probe?: StepProbe) {
   const schedule = kind === 'cron' ? Cron('* * * * * *', name ? { name } : {}) : name ? Interval(name, TICK_MS) : Interval(TICK_MS);
   /** Every feature module names its job class SettlementJob. */
   @Injectable()
@@ -64,6 +65,7 @@ function jobModule(kind: ScheduleKind, effects: Effects, log: Answer[], name: st
     @schedule
     @Idempotent()
     async run(): Promise<void> {
+      if (probe) await probe.run();
       log.push({ operation, run: effects.hit(operation) });
     }
   }
@@ -103,16 +105,18 @@ export function scheduleDriver(kind: ScheduleKind): ConformanceDriver<undefined,
   const effects = new Effects();
   const log: Answer[] = [];
   const ticks = new Ticks();
+  const stepProbe = new StepProbe();
   const jobs = {
     billing: jobModule(kind, effects, log, 'conf-billing-settlement', 'billing'),
     shipping: jobModule(kind, effects, log, 'conf-shipping-settlement', 'shipping'),
+    steps: jobModule(kind, effects, log, 'conf-steps-settlement', 'steps', stepProbe),
   };
   let app: INestApplicationContext;
 
   return {
     entry: kind,
     async boot(store) {
-      app = await start(store, [jobs.billing.module, jobs.shipping.module]);
+      app = await start(store, [jobs.billing.module, jobs.shipping.module, jobs.steps.module]);
     },
     close: () => app.close(),
     async call({ operation, key }) {
@@ -168,6 +172,7 @@ export function scheduleDriver(kind: ScheduleKind): ConformanceDriver<undefined,
         },
       },
     ],
+    steps: { operation: 'steps', probe: stepProbe },
     inFlight: { notApplicable: 'a tick that meets a running one elsewhere is skipped silently (callWithoutRequest)' },
     refusals: {
       notApplicable: 'a tick is never refused with an error: a duplicate or concurrent tick is skipped silently (ScheduleAdapter)',

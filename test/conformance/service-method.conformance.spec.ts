@@ -2,6 +2,7 @@ import { Injectable, Module, type INestApplicationContext, type Type } from '@ne
 import { NestFactory } from '@nestjs/core';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   DeclinedError,
@@ -57,6 +58,12 @@ function refundModule(area: string, scoped = true) {
     @Idempotent({ key: keyOfAsk, scope: scope('declineByPredicate'), cacheErrors: cachesDeclined })
     async declineByPredicate(_ask: Ask, _input: unknown): Promise<never> {
       throw new DeclinedError(effects.hit(`${area}.declineByPredicate`));
+    }
+
+    @Idempotent({ key: keyOfAsk, scope: scope('steps') })
+    async steps(ask: Ask, _input: unknown) {
+      await stepProbe.run();
+      return { operation: `${area}.steps`, principal: ask.tenant, run: effects.hit(`${area}.steps`) };
     }
 
     @Idempotent({ key: keyOfAsk, scope: scope('rich') })
@@ -131,6 +138,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   ],
   refusals: { operation: 'billing.refund', missingKey: true },
   inFlight: { operation: 'billing.held', hold: hold.hold },
+  steps: { operation: 'billing.steps', probe: stepProbe },
 };
 
 describeTransportConformance('@Idempotent() on a provider method', driver);

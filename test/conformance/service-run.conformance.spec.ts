@@ -2,6 +2,7 @@ import { Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { IdempotencyModule, IdempotencyService } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
+import { stepProbe } from './steps.js';
 import { Hold, describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
   IN_PROCESS_INPUT_PAIRS,
@@ -41,6 +42,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
         async () => {
           const run = effects.hit(operation);
           if (operation === 'held') await hold.gate;
+          if (operation === 'steps') await stepProbe.run();
           return operation === 'rich' ? RICH_VALUES[input as string](run) : { operation, principal, run };
         },
         { scope: operation, fingerprint: input, inFlight: operation === 'held' ? 'reject' : undefined },
@@ -59,6 +61,7 @@ const driver: ConformanceDriver<unknown, Seen> = {
   // The key is a required argument of run(): there is no call without one (an empty key is invalid).
   refusals: { operation: 'refund', missingKey: false },
   inFlight: { operation: 'held', hold: hold.hold },
+  steps: { operation: 'steps', probe: stepProbe },
 };
 
 describeTransportConformance('IdempotencyService.run()', driver);
