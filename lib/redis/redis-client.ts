@@ -93,7 +93,9 @@ export async function awaitReady(runner: RedisScriptRunner, timeout: number, own
 }
 
 function notReady(owner: string, what: string, cause: unknown): IdempotencyConfigurationError {
-  const reason = cause instanceof Error ? ` Last error: ${cause.message || cause.name}.` : '';
+  // Not instanceof: a socket error may come from another realm (Node's own, under a test runner's VM).
+  const message = (cause as Error | undefined)?.message;
+  const reason = typeof message === 'string' && message !== '' ? ` Last error: ${message}.` : '';
   return new IdempotencyConfigurationError(
     `${owner}: the Redis client ${what}, so the application cannot start protected.${reason}`,
     'Check the Redis URL (host, port, password, TLS) and that Redis is up and reachable from this process. ' +
