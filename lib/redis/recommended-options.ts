@@ -29,8 +29,11 @@ export interface RecommendedRedisOptionsInput {
  * - `retryStrategy`: reconnect forever with a capped backoff, so the client heals by
  *   itself when Redis returns (ioredis never gives up while this returns a number).
  *
- * With `enableOfflineQueue: false`, wait for the client's `ready` event (or use
- * `lazyConnect: true` and `await client.connect()`) before serving traffic.
+ * With `enableOfflineQueue: false` the client refuses every command until it is ready.
+ * `IdempotencyModule` waits for it during `app.init()` (`RedisIdempotencyStore`'s
+ * `readyTimeout`, and connects a `lazyConnect` client); other code of yours sharing the
+ * client, or a store used without the module, waits for its `ready` event (or
+ * `await store.verify()`) before serving traffic.
  *
  * @example
  * const redis = new Redis({ host: 'redis', ...recommendedRedisOptions() });
@@ -58,12 +61,12 @@ export interface RecommendedRedisClusterOptions {
 
 /**
  * `recommendedRedisOptions()` for an ioredis `Cluster`: the same fail-fast and
- * heal-by-itself settings, placed where `Cluster` expects them. Wait for the
- * cluster's `ready` event before serving traffic.
+ * heal-by-itself settings, placed where `Cluster` expects them. `IdempotencyModule`
+ * waits during `app.init()` for the cluster to be ready (`readyTimeout`); without the
+ * module, wait for its `ready` event before serving traffic.
  *
  * @example
  * const cluster = new Cluster(seedNodes, recommendedRedisClusterOptions());
- * await once(cluster, 'ready');
  */
 export function recommendedRedisClusterOptions(input: RecommendedRedisOptionsInput = {}): RecommendedRedisClusterOptions {
   const { enableOfflineQueue, retryStrategy, ...redisOptions } = recommendedRedisOptions(input);
