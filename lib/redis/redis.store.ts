@@ -1,6 +1,7 @@
 import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.js';
 import type { ClaimResult, CompletedRecord, IdempotencyRecord } from '../core/record.js';
-import type { ClaimRequest, CompleteRequest, IdempotencyStore } from '../core/store.js';
+import type { ClaimRequest, CompleteRequest, IdempotencyStore, StepRequest } from '../core/store.js';
+import { DELETE_WITH_STEPS, loadSteps, saveStep } from './redis-steps.js';
 import {
   resolveNearCacheOptions,
   type NearCacheClient,
@@ -124,8 +125,6 @@ return 1
 
 const GET = new LuaScript('get', `return redis.call('HMGET', KEYS[1], ${FIELDS})`);
 
-const DELETE = new LuaScript('delete', `return redis.call('DEL', KEYS[1])`);
-
 /**
  * An `IdempotencyStore` on Redis through ioredis (5 or 6), standalone or Cluster.
  * Every primitive is one Lua script, so a first execution costs two round trips
@@ -231,7 +230,17 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async delete(key: string): Promise<boolean> {
     this.nearCache?.forget(key);
-    return Number(await this.scripts.run(DELETE, this.redisKey(key), [])) > 0;
+    return Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
+  }
+
+  /** Every step record of the key (redis-steps.ts): one round trip. */
+  loadSteps(key: string): Promise<Record<string, string>> {
+    return loadSteps(this.scripts, this.redisKey(key));
+  }
+
+  /** Records a finished step, compare-and-set on the lease token (redis-steps.ts). */
+  saveStep(key: string, token: string, request: StepRequest): Promise<boolean> {
+    return saveStep(this.scripts, this.redisKey(key), token, request);
   }
 
   /** Readiness probe: resolves when Redis answers PING within `timeout`. */

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { IdempotencyStore } from '../core/store.js';
+import { describeStepPrimitives } from './step-contract.js';
 
 // The host test runner's globals (Jest, Vitest with globals, Mocha-style bdd).
 declare const describe: (name: string, fn: () => void) => void;
@@ -16,6 +17,12 @@ export interface StoreContractOptions {
    * @default 300
    */
   shortTtl?: number;
+  /**
+   * Whether the store records durable steps (`loadSteps`, `saveStep`: docs/steps.md), whose
+   * cases then run too. `false` skips them, for a store that `step()` refuses.
+   * @default true
+   */
+  steps?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -234,5 +241,7 @@ export function describeStoreContract(
       const after = await Promise.all(Array.from({ length: 20 }, () => store.claim(k, { token: token(), leaseTtl: 10_000 })));
       assert.equal(after.filter((c) => c.claimed).length, 0);
     });
+
+    if (options.steps !== false) describeStepPrimitives(() => store, shortTtl);
   });
 }
