@@ -41,7 +41,7 @@ const OPTIONAL_PEERS = [
  * What an HTTP app that uses no integration must never even try to load (require or
  * import, found or not): a lazy load that fails quietly would still be a load.
  */
-const NEVER_LOADED = ['ioredis', 'typeorm', ...INTEGRATION_PEERS];
+const NEVER_LOADED = ['ioredis', 'typeorm', 'axios', '@nestjs/axios', ...INTEGRATION_PEERS];
 /** Each subpath, and the peer it may need at load time (null: must load with none). */
 const SUBPATHS = {
   'nestjs-idempotency': null,
@@ -49,6 +49,7 @@ const SUBPATHS = {
   'nestjs-idempotency/tokens': null,
   'nestjs-idempotency/locks': null,
   'nestjs-idempotency/state-machine': null,
+  'nestjs-idempotency/client': null,
   'nestjs-idempotency/redis': 'ioredis',
   'nestjs-idempotency/typeorm': 'typeorm',
   'nestjs-idempotency/prometheus': 'prom-client',
@@ -405,6 +406,7 @@ import type { RedisIdempotencyStoreOptions } from 'nestjs-idempotency/redis';
 import { MemoryLockProvider, withLock } from 'nestjs-idempotency/locks';
 import { defineStateMachine } from 'nestjs-idempotency/state-machine';
 import { OneTimeTokenService } from 'nestjs-idempotency/tokens';
+import { createIdempotentFetch, type RetryInfo } from 'nestjs-idempotency/client';
 
 @Controller('payments')
 export class PaymentsController {
@@ -421,6 +423,8 @@ const events: IdempotencyEvent[] = [];
 export const redisOptions: RedisIdempotencyStoreOptions = { prefix: 'payments:' };
 export const lifecycle = defineStateMachine({ pending: ['paid'], paid: [] });
 export const tokens = new OneTimeTokenService();
+export const retries: RetryInfo[] = [];
+export const idempotentFetch: typeof fetch = createIdempotentFetch({ maxAttempts: 3, onRetry: (info) => retries.push(info) });
 export const locked = withLock(new MemoryLockProvider(), 'sku-1', async () => lifecycle.canTransition('pending', 'paid'), { ttl: 5_000 });
 
 @Module({
