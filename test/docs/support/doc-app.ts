@@ -205,9 +205,9 @@ export function startApp(dir: string, env: Record<string, string> = {}, script =
   return app;
 }
 
-/** Starts an HTTP app on a free port (`PORT`) and resolves once it answers. */
+/** Starts an HTTP app on `env.PORT`, else a free port, and resolves once it answers. */
 export async function startHttpApp(dir: string, env: Record<string, string> = {}): Promise<{ base: string; app: RunningApp }> {
-  const port = await freePort();
+  const port = env.PORT ? Number(env.PORT) : await freePort();
   const app = startApp(dir, { ...env, PORT: String(port) });
   const base = `http://127.0.0.1:${port}`;
   await waitFor(
