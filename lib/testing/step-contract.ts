@@ -27,9 +27,9 @@ export function describeStepPrimitives(store: () => IdempotencyStore, shortTtl: 
     assert.deepEqual(await s.loadSteps(k), {});
     await s.claim(k, { token: t, leaseTtl: 10_000, fingerprint: 'fp' });
     assert.equal(await s.saveStep(k, token(), { step: 'a', result: 'other', ttl: 10_000 }), false);
-    assert.equal(await s.saveStep(k, t, { step: 'a', result: '{"v":1} ünïcødé \u0000 "\'', ttl: 10_000 }), true);
+    assert.equal(await s.saveStep(k, t, { step: 'a', result: '{"v":1} ünïcødé \n "\'', ttl: 10_000 }), true);
     assert.equal(await s.saveStep(k, t, { step: 'b', result: 'two', ttl: 10_000 }), true);
-    assert.deepEqual(await s.loadSteps(k), { a: '{"v":1} ünïcødé \u0000 "\'', b: 'two' });
+    assert.deepEqual(await s.loadSteps(k), { a: '{"v":1} ünïcødé \n "\'', b: 'two' });
     assert.deepEqual(await s.loadSteps(key()), {});
   });
 

@@ -5,15 +5,33 @@ import { dataSourceOf } from '../internals.js';
 import { dialectOf } from '../dialect.js';
 import { defaultSchemaOf, dropRecordsTableDdl, recordsTableDdl } from './dialects/registry.js';
 import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
+import { stepStatements } from './dialects/steps-table.js';
 
 async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
   const dialect = dialectOf(dataSource); // refuses unsupported drivers with a clear message
   for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialect)) await runner.query(sql);
+  await createStepsTable(runner, tableName);
+}
+
+/** The step records table beside a records table (`<table>_steps`, docs/steps.md). Idempotent. */
+async function createStepsTable(runner: QueryRunner, tableName: string): Promise<void> {
+  const dataSource = dataSourceOf(runner);
+  for (const sql of stepStatements(dialectOf(dataSource), parseTableName(tableName, defaultSchemaOf(dataSource))).createTable()) {
+    await runner.query(sql);
+  }
+}
+
+async function dropStepsTable(runner: QueryRunner, tableName: string): Promise<void> {
+  const dataSource = dataSourceOf(runner);
+  for (const sql of stepStatements(dialectOf(dataSource), parseTableName(tableName, defaultSchemaOf(dataSource))).dropTable()) {
+    await runner.query(sql);
+  }
 }
 
 async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
+  await dropStepsTable(runner, tableName);
   for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialectOf(dataSource)))
     await runner.query(sql);
 }
@@ -70,6 +88,54 @@ export function createIdempotencyRecordsMigration(
     }
     async down(queryRunner: QueryRunner): Promise<void> {
       await dropRecordsTable(queryRunner, tableName);
+    }
+  };
+}
+
+/**
+ * Adds the step records table (`idempotency_records_steps`, docs/steps.md) beside a default
+ * `idempotency_records` table created by 0.4 or 0.5: add it to your DataSource's
+ * `migrations` when upgrading. Safe to run where the table exists (a fresh database gets it
+ * from `CreateIdempotencyRecords1700000000000` already).
+ */
+export class AddIdempotencySteps1720000000000 implements MigrationInterface {
+  name = 'AddIdempotencySteps1720000000000';
+
+  async up(queryRunner: QueryRunner): Promise<void> {
+    await createStepsTable(queryRunner, DEFAULT_RECORDS_TABLE);
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await dropStepsTable(queryRunner, DEFAULT_RECORDS_TABLE);
+  }
+}
+
+/**
+ * `AddIdempotencySteps1720000000000` for a records table with another name.
+ *
+ * @example
+ * migrations: [createIdempotencyStepsMigration('billing.idempotency_records', { timestamp: 1760000000000 })]
+ */
+export function createIdempotencyStepsMigration(
+  tableName: string,
+  options: IdempotencyRecordsMigrationOptions = {},
+): new () => MigrationInterface {
+  const timestamp = options.timestamp ?? 1720000000000;
+  if (!Number.isSafeInteger(timestamp) || String(timestamp).length !== 13) {
+    throw new IdempotencyConfigurationError(
+      `createIdempotencyStepsMigration: timestamp must be 13-digit epoch ms, got ${shown(timestamp)}.`,
+      'Pass the epoch ms of the day you add the migration, e.g. { timestamp: 1760000000000 }: TypeORM orders migrations by it.',
+    );
+  }
+  const { table } = parseTableName(tableName);
+  const name = `AddIdempotencySteps_${table}${timestamp}`;
+  return class implements MigrationInterface {
+    name = name;
+    async up(queryRunner: QueryRunner): Promise<void> {
+      await createStepsTable(queryRunner, tableName);
+    }
+    async down(queryRunner: QueryRunner): Promise<void> {
+      await dropStepsTable(queryRunner, tableName);
     }
   };
 }

@@ -8,6 +8,7 @@ import type { ClaimResult, IdempotencyRecord } from '../../core/record.js';
 import type {
   ClaimRequest,
   CompleteRequest,
+  StepRequest,
   StoreRequirements,
   TransactionalIdempotencyStore,
   TransactionalRequest,
@@ -24,6 +25,7 @@ import { configurationErrorOf } from './failures.js';
 import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
 import type { PurgeResult, TypeOrmIdempotencyStoreOptions } from './store-options.js';
 import { PurgeSchedule } from './purge-schedule.js';
+import { SqlStepRecords } from './step-records.js';
 import { checkTuning, runRecordTransaction } from './transaction.js';
 
 /** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
@@ -47,6 +49,7 @@ const MAX_CLAIM_STATEMENTS = 5;
  */
 export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private resolvedDialect: SqlDialect | undefined;
+  private stepRecords: SqlStepRecords | undefined;
   /** Runs one statement on any pooled connection (made once: no closure per claim). */
   private readonly run: RunStatement = (statement) => this.executor.run(statement);
   /** The background purge, when `purgeInterval` asks for one. */
@@ -140,6 +143,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     } catch (error) {
       throw this.failure(error);
     }
+    await this.steps.verify();
     this.becomeReady();
   }
 
@@ -158,6 +162,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     await withRunner(this.dataSource, dialect.name, async (runner) => {
       for (const statement of dialect.createTable()) await runner.query(statement);
     });
+    await this.steps.ensureTable();
     this.becomeReady();
   }
 
@@ -233,7 +238,18 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   }
 
   async delete(key: string): Promise<boolean> {
+    await this.stepCall(() => this.steps.delete(key));
     return this.write(() => this.dialect.delete(key));
+  }
+
+  /** Every step record of the key (step-records.ts), one statement on a pooled connection. */
+  loadSteps(key: string): Promise<Record<string, string>> {
+    return this.stepCall(() => this.steps.load(key));
+  }
+
+  /** Records a finished step, fenced by the lease token, on a pooled connection (survives a business rollback). */
+  saveStep(key: string, token: string, request: StepRequest): Promise<boolean> {
+    return this.stepCall(() => this.steps.save(key, token, request));
   }
 
   async ping(): Promise<void> {
@@ -292,6 +308,18 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     await this.close();
   }
 
+  private get steps(): SqlStepRecords {
+    return (this.stepRecords ??= new SqlStepRecords(this.dataSource, this.dialect, () => this.executor));
+  }
+
+  private async stepCall<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      throw this.failure(error);
+    }
+  }
+
   private get dialect(): SqlDialect {
     if (!this.resolvedDialect)
       this.resolvedDialect = dialectFor(this.dataSource, this.resolveTableName(), this.options.preparedStatements !== false);
@@ -337,7 +365,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       if (lockHolder && dialect.beforePurgeBatch) await dialect.beforePurgeBatch(lockHolder);
       const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
       deleted += affected;
-      if (affected < this.purgeBatchSize) return deleted;
+      if (affected < this.purgeBatchSize) return deleted + (await this.steps.purge(this.purgeBatchSize));
     }
   }
 
