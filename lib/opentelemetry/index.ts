@@ -18,6 +18,8 @@ export const IDEMPOTENCY_ATTRIBUTES = {
   storeLatencyMs: 'idempotency.store_latency_ms',
   failOpen: 'idempotency.fail_open',
   reason: 'idempotency.reason',
+  /** The step's name, on the span of each `step_completed` / `step_replayed` (docs/steps.md). */
+  step: 'idempotency.step',
 } as const;
 
 /** Events that mean the store call failed, or the protection was lost. */
@@ -96,5 +98,6 @@ function attributesOf(event: IdempotencyEvent): Attributes {
   if (event.storeLatencyMs !== undefined) attributes[IDEMPOTENCY_ATTRIBUTES.storeLatencyMs] = event.storeLatencyMs;
   if (event.failOpen !== undefined) attributes[IDEMPOTENCY_ATTRIBUTES.failOpen] = event.failOpen;
   if (event.reason) attributes[IDEMPOTENCY_ATTRIBUTES.reason] = event.reason;
+  if (event.step !== undefined) attributes[IDEMPOTENCY_ATTRIBUTES.step] = event.step;
   return attributes;
 }

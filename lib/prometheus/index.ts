@@ -39,6 +39,8 @@ type EventLabels = 'event' | 'handler';
  *
  * - `idempotency_events_total{event, handler}`: one per event (`claimed`, `replayed`,
  *   `in_flight_conflict`, `fingerprint_mismatch`, `store_error`, ...);
+ * - `idempotency_steps_total{outcome, handler}`: durable steps (docs/steps.md) by outcome,
+ *   `completed` (ran and recorded) or `replayed` (an earlier attempt's result returned);
  * - `idempotency_store_latency_seconds{event}`: duration of the store call that led to
  *   the event (`claimed` and `replayed` measure the claim, `completed` the write of
  *   the result, and so on).
@@ -71,7 +73,21 @@ export function createPrometheusListener(options: PrometheusListenerOptions = {}
       registers: [registry],
     });
 
+  const stepsName = `${prefix}steps_total`;
+  const steps =
+    (registry.getSingleMetric(stepsName) as Counter<'outcome' | 'handler'> | undefined) ??
+    new Counter<'outcome' | 'handler'>({
+      name: stepsName,
+      help: 'Durable steps by outcome: completed (ran and recorded) or replayed (an earlier attempt recorded it).',
+      labelNames: handlerLabel ? ['outcome', 'handler'] : ['outcome'],
+      registers: [registry],
+    });
+
   return (event) => {
+    if (event.type === 'step_completed' || event.type === 'step_replayed') {
+      const outcome = event.type === 'step_completed' ? 'completed' : 'replayed';
+      steps.inc(handlerLabel ? { outcome, handler: event.handler ?? 'unknown' } : { outcome });
+    }
     events.inc(handlerLabel ? { event: event.type, handler: event.handler ?? 'unknown' } : { event: event.type });
     if (event.storeLatencyMs !== undefined) storeLatency.observe({ event: event.type }, event.storeLatencyMs / 1000);
   };
