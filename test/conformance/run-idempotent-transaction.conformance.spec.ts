@@ -1,7 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { TypeOrmIdempotencyStore, runIdempotentTransaction } from '../../lib/typeorm/index.js';
 import { Effects } from '../support/effects.js';
-import { stepProbe } from './steps.js';
 import { createPgDataSource } from '../typeorm/support.js';
 import { describeTransportConformance, type ConformanceDriver } from './conformance.js';
 import {
@@ -36,7 +35,6 @@ const driver: ConformanceDriver<unknown, Seen> = {
     const clientKey = key === undefined ? '' : principal ? `${principal}:${key}` : key;
     return seen(() =>
       runIdempotentTransaction(dataSource, { key: clientKey, scope: operation, fingerprint: input }, async () => {
-        if (operation === 'steps') await stepProbe.run();
         const run = effects.hit(operation);
         return operation === 'rich' ? RICH_VALUES[input as string](run) : { operation, principal, run };
       }),
@@ -53,7 +51,10 @@ const driver: ConformanceDriver<unknown, Seen> = {
   replays: richReplays('rich', (kind) => kind),
   // The key is a required option: there is no call without one.
   refusals: { operation: 'refund', missingKey: false },
-  steps: { operation: 'steps', probe: stepProbe },
+  steps: {
+    notApplicable:
+      'the transaction commits or rolls back with its record, so there is nothing to resume: step() is refused there (docs/steps.md, "Transactional handlers")',
+  },
   inFlight: {
     notApplicable:
       'a concurrent duplicate waits for the first transaction (the record row is locked) and then replays it: there is no in-flight refusal',
