@@ -42,4 +42,15 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default IdempotencyRuntime
    */
   runtime?: IdempotencyRuntimeClass;
+  /**
+   * Documents every `@Idempotent()` HTTP route in the OpenAPI document that
+   * `@nestjs/swagger`'s `SwaggerModule.createDocument()` builds: the key's header, the
+   * 400 / 409 / 422 / 503 answers with their problem bodies, `Idempotent-Replayed` on the
+   * success responses and an `x-idempotent` extension, with no call of your own. Your
+   * own `@ApiHeader()` / `@ApiResponse()` for the same header or status win. False leaves
+   * the document as your decorators describe it. Without `@nestjs/swagger` installed it
+   * does nothing (the library never loads it). See docs/openapi.md.
+   * @default true
+   */
+  openApi?: boolean;
 }

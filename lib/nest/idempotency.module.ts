@@ -11,6 +11,7 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyRuntime } from './idempotency.runtime.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { placeOutermost } from './outermost-placement.js';
 
 /** Arranges, while the application is created, that IdempotencyInterceptor runs outside every other interceptor. */
@@ -19,7 +20,8 @@ const OUTERMOST_PLACEMENT = Symbol.for('nestjs-idempotency:outermost-placement')
 /**
  * Registers the runtime behind `@Idempotent()`, `IdempotencyService` and the store, with
  * `forRoot()` / `forRootAsync()`; checks every `@Idempotent()` handler when the
- * application initialises.
+ * application initialises, and documents its HTTP routes for `@nestjs/swagger` (the
+ * `openApi` option).
  *
  * @example
  * IdempotencyModule.forRoot({ isGlobal: true, store: new RedisIdempotencyStore(redis) })
@@ -34,6 +36,8 @@ const OUTERMOST_PLACEMENT = Symbol.for('nestjs-idempotency:outermost-placement')
     { provide: IdempotencyRuntime, useFactory: runtimeOf, inject: [IdempotencyService] },
     { provide: IDEMPOTENCY_RUNTIME, useExisting: IdempotencyRuntime },
     IdempotencyInterceptor,
+    // Built inside NestFactory.create(), before SwaggerModule.createDocument() reads the routes.
+    IdempotencyOpenApi,
     {
       provide: OUTERMOST_PLACEMENT,
       useFactory: (config: ApplicationConfig, interceptor: IdempotencyInterceptor) => placeOutermost(config, interceptor),
