@@ -1,10 +1,11 @@
-import { Controller, Module, Post, type INestApplication } from '@nestjs/common';
+import { Controller, Get, Module, Post, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { SwaggerModule } from '@nestjs/swagger';
 import { Test } from '@nestjs/testing';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { Idempotent, IdempotencyConfigurationError, IdempotencyModule } from '../../lib/index.js';
-import { CONTROLLERS, PaymentsController, createApp, documentOf, operationOf, type Platform } from './openapi-app.js';
+import { CONTROLLERS, PaymentDto, PaymentsController, createApp, documentOf, operationOf, type Platform } from './openapi-app.js';
 
 const nestMajor = Number(require('@nestjs/core/package.json').version.split('.')[0]);
 
@@ -113,6 +114,43 @@ describe('OpenAPI documentation: other ways to build the application', () => {
     const { content } = operationOf(documentOf(app), 'post', '/payments').responses[422];
     // NestJS 11 sends problem bodies as application/json on Express and +json on Fastify: both, when not yet known.
     expect(Object.keys(content)).toEqual(nestMajor >= 12 ? ['application/problem+json'] : ['application/problem+json', 'application/json']);
+  });
+
+  it("keeps the CLI plugin's return type loaded after create() (SwaggerModule.loadPluginMetadata, as under SWC)", async () => {
+    @Controller('late')
+    class LateController {
+      @Post()
+      @Idempotent()
+      create() {
+        return { id: 'pay_late', amount: 1 };
+      }
+
+      @Get()
+      list() {
+        return [];
+      }
+    }
+    const app = await createApp('express', { controllers: [LateController] });
+    apps.push(app);
+    // What the plugin's generated metadata.ts holds, loaded as Nest's docs show it: after create().
+    await SwaggerModule.loadPluginMetadata(async () => ({
+      '@nestjs/swagger': {
+        models: [],
+        controllers: [
+          [Promise.resolve({ LateController }), { LateController: { create: { type: PaymentDto }, list: { type: [PaymentDto] } } }],
+        ],
+      },
+    }));
+    const document = documentOf(app);
+    expect(operationOf(document, 'post', '/late').responses[201]).toEqual({
+      description: '',
+      headers: { 'Idempotent-Replayed': expect.any(Object) },
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/PaymentDto' } } },
+    });
+    expect(operationOf(document, 'get', '/late').responses[200].content['application/json'].schema).toEqual({
+      type: 'array',
+      items: { $ref: '#/components/schemas/PaymentDto' },
+    });
   });
 
   it('refuses an openApi option that is not a boolean when the application is created', async () => {

@@ -2,13 +2,7 @@
 import { HTTP_CODE_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import { IdempotencyProblem } from './problem-schema.js';
 import type { RouteContract } from './route-contract.js';
-import {
-  PLUGIN_METADATA_FACTORY,
-  type ControllerMetadata,
-  type RouteMetadata,
-  type SwaggerResponse,
-  type SwaggerResponses,
-} from './swagger-metadata.js';
+import { PLUGIN_METADATA_FACTORY, type ControllerMetadata, type RouteMetadata, type SwaggerResponse } from './swagger-metadata.js';
 
 /** Nest's `RequestMethod.POST`. */
 const POST = 1;
@@ -46,11 +40,21 @@ export function withContract(route: DocumentedRoute, contract: RouteContract): R
   const parameters = contract.parameter && !declaresHeader ? [...(original.parameters ?? []), contract.parameter] : original.parameters;
 
   const responses: Record<string, SwaggerResponse> = {};
-  const own = original.responses ?? defaultSuccessResponse(route);
+  const defaultStatus = original.responses ? undefined : defaultStatusOf(route.method);
   for (const [status, response] of Object.entries(controllerMetadata.responses)) {
-    if (isSuccess(status) && !(status in own)) responses[status] = withReplayedHeader(response, contract);
+    if (isSuccess(status) && status !== defaultStatus && !(original.responses && status in original.responses))
+      responses[status] = withReplayedHeader(response, contract);
   }
-  for (const [status, response] of Object.entries(own)) {
+  if (defaultStatus !== undefined) {
+    // Read when the document is built: SwaggerModule.loadPluginMetadata() (the CLI plugin's
+    // metadata under SWC) may run after NestFactory.create(), and swagger applies it then.
+    Object.defineProperty(responses, defaultStatus, {
+      enumerable: true,
+      configurable: true,
+      get: () => withReplayedHeader(defaultSuccessResponse(route), contract),
+    });
+  }
+  for (const [status, response] of Object.entries(original.responses ?? {})) {
     responses[status] = isSuccess(status) ? withReplayedHeader(response, contract) : response;
   }
   for (const [status, refusal] of Object.entries(contract.refusals)) {
@@ -78,25 +82,21 @@ function withReplayedHeader(response: SwaggerResponse, contract: RouteContract):
 }
 
 /**
- * What swagger documents for a method without responses of its own: its status
- * (`@HttpCode()`, else 201 for POST, else 200) with an empty description, or, when the
- * CLI plugin described the method, the plugin's response (its return type), as
- * swagger's `applyMetadataFactory` would add it before reading the method's responses.
+ * What swagger documents for a method without responses of its own (its status, with
+ * an empty description), or, when the CLI plugin described the method, the plugin's
+ * response (its return type), as swagger's `applyMetadataFactory` would add it before
+ * reading the method's responses. The plugin computes the status as `defaultStatusOf`.
  */
-function defaultSuccessResponse(route: DocumentedRoute): SwaggerResponses {
-  const status = defaultStatusOf(route.method);
+function defaultSuccessResponse(route: DocumentedRoute): SwaggerResponse {
   const fromPlugin = pluginResponseOf(route);
-  if (!fromPlugin) return { [status]: { description: '' } };
-  const { status: pluginStatus, ...response } = fromPlugin;
+  if (!fromPlugin) return { description: '' };
+  const { status: _status, ...response } = fromPlugin;
   const [type, isArray] = Array.isArray(response.type) ? [response.type[0], true] : [response.type, response.isArray];
-  const key = pluginStatus === undefined || pluginStatus === null ? status : String(pluginStatus as string | number);
   return {
-    [key]: {
-      ...response,
-      ...(type === undefined ? {} : { type }),
-      ...(isArray === undefined ? {} : { isArray }),
-      description: (response.description as string | undefined) || '',
-    },
+    ...response,
+    ...(type === undefined ? {} : { type }),
+    ...(isArray === undefined ? {} : { isArray }),
+    description: (response.description as string | undefined) || '',
   };
 }
 
