@@ -5,11 +5,10 @@ import { join } from 'node:path';
 import { createConnection, type Connection } from 'mysql2/promise';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { IdempotencyConfigurationError, IdempotencyNotReplayableError } from '../../lib/core/errors.js';
-import { makeIdempotent } from '../../lib/core/make-idempotent.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
+import type * as Root from '../../lib/index.js';
+import type * as TypeOrmEntry from '../../lib/typeorm/index.js';
 import { mariadbConnection } from '../support/mariadb.js';
-import { buildPageApps, cleanUpDocApps, requestJson, root, startHttpApp, stopApp } from './support/doc-app.js';
+import { buildPageApps, cleanUpDocApps, installedPackage, requestJson, root, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
  * docs/typeorm.md as a user meets it (test/docs/support/doc-app.ts): its refunds
@@ -18,7 +17,8 @@ import { buildPageApps, cleanUpDocApps, requestJson, root, startHttpApp, stopApp
  * tsconfig.json from the page's own files, started with `node dist/main.js`, and sent the
  * page's curl commands, concurrent duplicates and a reused key on the real servers. Then
  * the warning beside the page's first store snippet (IdempotencyRecordEntity with
- * `synchronize` on MySQL / MariaDB), checked on the real MariaDB.
+ * `synchronize` on MySQL / MariaDB), checked on the real MariaDB with the package the apps
+ * are built against (so `DOCS_LIB_REF` chooses it for both).
  *
  * Each app gets a schema (PostgreSQL) or a database (MariaDB) of its own, so the page's
  * table names (`accounts`, `idempotency_records`) never meet another run's.
@@ -156,17 +156,32 @@ describe('docs/typeorm.md, built and run as a user would', () => {
   });
 
   describe('the warning beside the first store snippet (IdempotencyRecordEntity with synchronize, on MariaDB)', () => {
+    let pkg: typeof Root;
+    let IdempotencyRecordEntity: typeof TypeOrmEntry.IdempotencyRecordEntity;
+    let TypeOrmIdempotencyStore: typeof TypeOrmEntry.TypeOrmIdempotencyStore;
+    /** The steps table's entity, which the page registers beside the records one (once the package exports it). */
+    let IdempotencyStepEntity: Function | undefined;
     let previous: DataSource | undefined;
+    beforeAll(async () => {
+      const dist = join(await installedPackage(), 'node_modules', 'nestjs-idempotency', 'dist', 'cjs');
+      pkg = require(join(dist, 'index.js')) as typeof Root;
+      const typeorm = require(join(dist, 'typeorm', 'index.js')) as typeof TypeOrmEntry & { IdempotencyStepEntity?: Function };
+      ({ IdempotencyRecordEntity, TypeOrmIdempotencyStore, IdempotencyStepEntity } = typeorm);
+    });
     const synced = async (): Promise<DataSource> => {
       await previous?.destroy();
       previous = new DataSource({
         ...mariadbConnection,
         database: syncDatabase,
-        entities: [IdempotencyRecordEntity],
+        entities: [IdempotencyRecordEntity, ...(IdempotencyStepEntity ? [IdempotencyStepEntity] : [])],
         synchronize: true,
         poolSize: 2,
       });
-      return previous.initialize();
+      await previous.initialize();
+      // Without the entity exported, the same steps table from ensureTable() (CREATE TABLE IF NOT
+      // EXISTS: the records table synchronize made, or found, is left as it is).
+      if (!IdempotencyStepEntity) await new TypeOrmIdempotencyStore(previous).ensureTable();
+      return previous;
     };
     const columnsOf = async (dataSource: DataSource) =>
       Object.fromEntries(
@@ -197,8 +212,8 @@ describe('docs/typeorm.md, built and run as a user would', () => {
           'CONSTRAINT pk_idempotency_records PRIMARY KEY (`key`), INDEX idx_idempotency_records_expires_at (expires_at)) ENGINE=InnoDB COLLATE utf8mb4_general_ci',
       );
       let runs = 0;
-      const refundOf = (store: TypeOrmIdempotencyStore) =>
-        makeIdempotent(async (id: string) => ({ id, refund: ++runs }), { store, key: (id) => id, scope: 'docs-typeorm-sync' });
+      const refundOf = (store: TypeOrmEntry.TypeOrmIdempotencyStore) =>
+        pkg.makeIdempotent(async (id: string) => ({ id, refund: ++runs }), { store, key: (id) => id, scope: 'docs-typeorm-sync' });
       const plain = new DataSource({ ...mariadbConnection, database: syncDatabase, poolSize: 2 });
       await plain.initialize();
       try {
@@ -211,7 +226,7 @@ describe('docs/typeorm.md, built and run as a user would', () => {
       expect(await columnsOf(dataSource)).toEqual({ key: 'varchar utf8mb4_general_ci', result: 'mediumtext utf8mb4_bin' });
       const store = new TypeOrmIdempotencyStore(dataSource);
       // The answer is gone; the key does not run again (409 IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE over HTTP).
-      await expect(refundOf(store)('r1')).rejects.toBeInstanceOf(IdempotencyNotReplayableError);
+      await expect(refundOf(store)('r1')).rejects.toBeInstanceOf(pkg.IdempotencyNotReplayableError);
       expect(runs).toBe(1);
       await expect(store.verify()).rejects.toThrow(/key column .* has the collation utf8mb4_general_ci/);
 
@@ -228,17 +243,17 @@ describe('docs/typeorm.md, built and run as a user would', () => {
       const dataSource = await synced();
       await dataSource.query('ALTER TABLE idempotency_records MODIFY `result` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL');
       let runs = 0;
-      const refundOf = (store: TypeOrmIdempotencyStore) =>
-        makeIdempotent(async (id: string) => ({ id, refund: ++runs }), { store, key: (id) => id, scope: 'docs-typeorm-long' });
+      const refundOf = (store: TypeOrmEntry.TypeOrmIdempotencyStore) =>
+        pkg.makeIdempotent(async (id: string) => ({ id, refund: ++runs }), { store, key: (id) => id, scope: 'docs-typeorm-long' });
       await refundOf(new TypeOrmIdempotencyStore(dataSource))('r2');
       expect((await columnsOf(dataSource)).result).toBe('longtext utf8mb4_bin');
 
       const next = await synced();
       expect((await columnsOf(next)).result).toBe('mediumtext utf8mb4_bin');
-      await expect(refundOf(new TypeOrmIdempotencyStore(next))('r2')).rejects.toBeInstanceOf(IdempotencyNotReplayableError);
+      await expect(refundOf(new TypeOrmIdempotencyStore(next))('r2')).rejects.toBeInstanceOf(pkg.IdempotencyNotReplayableError);
       expect(runs).toBe(1);
       const refused = new TypeOrmIdempotencyStore(next, { maxResponseBytes: 17 * 1024 * 1024 }).verify();
-      await expect(refused).rejects.toBeInstanceOf(IdempotencyConfigurationError);
+      await expect(refused).rejects.toBeInstanceOf(pkg.IdempotencyConfigurationError);
       await expect(refused).rejects.toThrow(/MEDIUMTEXT, which holds 16777215 bytes: less than maxResponseBytes/);
     });
   });
