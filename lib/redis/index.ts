@@ -1,6 +1,7 @@
 /**
  * `nestjs-idempotency/redis`: the Redis store (standalone and Cluster) through ioredis 5
- * or 6, and Redis-backed one-time tokens and locks. Needs the optional peer `ioredis`.
+ * or 6 or node-redis (`redis`) 5 or 6, and Redis-backed one-time tokens and locks. Needs
+ * one of the optional peers `ioredis` or `redis`; this entry point loads neither.
  */
 export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis.store.js';
 export type { RedisNearCacheOptions, RedisNearCacheStats } from './near-cache-options.js';
@@ -14,3 +15,11 @@ export {
   type RecommendedRedisOptionsInput,
 } from './recommended-options.js';
 export { RedisOperationTimeoutError, DEFAULT_REDIS_TIMEOUT, type RedisClientLike, type RedisCallOptions } from './redis-client.js';
+export {
+  recommendedNodeRedisOptions,
+  recommendedNodeRedisClusterOptions,
+  type RecommendedNodeRedisOptions,
+  type RecommendedNodeRedisClusterOptions,
+  type RecommendedNodeRedisSocketOptions,
+} from './recommended-node-redis-options.js';
+export type { NodeRedisClientLike } from './node-redis-client.js';

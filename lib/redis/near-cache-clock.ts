@@ -1,4 +1,4 @@
-import type { NearCacheClient } from './near-cache-options.js';
+import type { NearCacheClient } from './near-cache-connection.js';
 
 /** Served no later than this before the record's expiry in Redis, ms, on top of the clock uncertainty. */
 const EXPIRY_MARGIN_MS = 100;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { NearCacheClient } from './near-cache-options.js';
+import type { NearCacheClient } from './near-cache-connection.js';
 
 /**
  * How long the identity key lives without being read, ms: a day. Every check that finds

@@ -1,5 +1,6 @@
 import { IdempotencyConfigurationError } from '../core/errors.js';
 import { checkWholeNumber } from '../core/options.js';
+import type { NearCacheClient } from './near-cache-connection.js';
 
 /**
  * Options of the near cache of `RedisIdempotencyStore` (see the store's `nearCache`
@@ -50,14 +51,6 @@ export const DEFAULT_NEAR_CACHE_MAX_ENTRIES = 10_000;
 export const DEFAULT_NEAR_CACHE_MAX_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_NEAR_CACHE_MAX_AGE = 60_000;
 
-/** The user's client as the near cache needs it. */
-export interface NearCacheClient {
-  eval(script: string, numkeys: number, ...args: (string | number)[]): Promise<unknown>;
-  duplicate?(override?: Record<string, unknown>): unknown;
-  readonly isCluster?: boolean;
-  readonly options?: { readonly keyPrefix?: string };
-}
-
 export interface ResolvedNearCacheOptions {
   readonly maxEntries: number;
   readonly maxBytes: number;
@@ -88,10 +81,10 @@ export function resolveNearCacheOptions(
       'Invalidation tracking is per node and is not built for Cluster: remove the nearCache option, or use a standalone (or Sentinel) client.',
     );
   }
-  if (typeof client.duplicate !== 'function') {
+  if (typeof client.openTrackingConnection !== 'function' && typeof client.duplicate !== 'function') {
     throw new IdempotencyConfigurationError(
       `${OWNER}: nearCache needs a client with duplicate(), to open its own connection for Redis's invalidation messages.`,
-      'Pass an ioredis 5 or 6 Redis client (new Redis(...)), or remove the nearCache option.',
+      'Pass an ioredis 5 or 6 Redis client (new Redis(...)) or a node-redis 5 or 6 client (createClient(...)), or remove the nearCache option.',
     );
   }
   return {

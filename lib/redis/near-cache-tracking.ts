@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { NearCacheClock } from './near-cache-clock.js';
 import { NearCacheDbIdentity } from './near-cache-db-identity.js';
-import type { NearCacheClient } from './near-cache-options.js';
+import { openTrackingConnection, type NearCacheClient, type TrackingConnection } from './near-cache-connection.js';
 
 const FIRST_RETRY_MS = 1_000;
 const MAX_RETRY_MS = 30_000;
@@ -15,18 +15,6 @@ const HEARTBEAT_MS = 5_000;
 /** Every this many heartbeats (5 min), the clocks are compared again, so the drift allowance stays small. */
 const CLOCK_EVERY_HEARTBEATS = 60;
 const INVALIDATE_CHANNEL = '__redis__:invalidate';
-
-/** The part of an ioredis connection the near cache uses (ioredis 5 and 6 both match). */
-interface TrackingConnection {
-  readonly status: string;
-  connect(): Promise<void>;
-  call(command: string, ...args: (string | number)[]): Promise<unknown>;
-  subscribe(channel: string): Promise<unknown>;
-  quit(): Promise<unknown>;
-  disconnect(reconnect?: boolean): void;
-  on(event: string, listener: (...args: never[]) => void): unknown;
-  removeAllListeners(event?: string): unknown;
-}
 
 /**
  * What the tracking connection drives in the near cache: whether it answers, until when,
@@ -153,15 +141,7 @@ export class NearCacheTracking {
 
   private open(): void {
     if (this.closed) return;
-    const connection = this.client.duplicate!({
-      // RESP2: over RESP3, invalidations come as push frames, which ioredis 6 drops.
-      protocol: 2,
-      autoResubscribe: false,
-      lazyConnect: true,
-      // Key names in invalidation messages are full Redis keys; this connection sends none.
-      keyPrefix: undefined,
-      enableOfflineQueue: true,
-    }) as TrackingConnection;
+    const connection = openTrackingConnection(this.client);
     this.connection = connection;
     const lost = () => {
       if (this.connection === connection) this.disable();

@@ -1,6 +1,7 @@
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
 import { SizedExpiringMap } from '../core/expiring-map.js';
-import type { NearCacheClient, RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
+import type { NearCacheClient } from './near-cache-connection.js';
+import type { RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
 import { NearCacheTracking, type TrackedCache } from './near-cache-tracking.js';
 
 /**

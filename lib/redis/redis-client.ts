@@ -2,13 +2,15 @@ import { createHash } from 'node:crypto';
 import { IdempotencyConfigurationError, IdempotencyStoreUnavailableError } from '../core/errors.js';
 import { checkWholeNumber } from '../core/options.js';
 import { TimerQueue, type TimerQueueItem } from '../core/timer-queue.js';
+import { adaptNodeRedis, type NodeRedisClientLike } from './node-redis-client.js';
 
 type RedisArgument = string | number;
 
 /**
  * The part of an ioredis client the Redis classes of this package use. Both ioredis 5
  * and 6, standalone `Redis` and `Cluster`, match it structurally, so ioredis stays an
- * optional peer dependency that this package never imports at runtime.
+ * optional peer dependency that this package never imports at runtime. The classes also
+ * take a node-redis client (`NodeRedisClientLike`).
  */
 export interface RedisClientLike {
   eval(script: string, numkeys: number, ...args: RedisArgument[]): Promise<unknown>;
@@ -45,65 +47,6 @@ export const DEFAULT_REDIS_TIMEOUT = 2_000;
 /** Longest wait at boot for a client that is still connecting, ms. */
 export const DEFAULT_REDIS_READY_TIMEOUT = 10_000;
 
-/** ioredis states from which a client becomes `ready` by itself (`close`: between a lost connection and the next attempt). */
-const CONNECTING = new Set(['connecting', 'connect', 'reconnecting', 'close', 'disconnecting']);
-
-/**
- * Resolves once an ioredis client (standalone or Cluster) is `ready`: a client created
- * without an offline queue (`recommendedRedisOptions()`) refuses every command until
- * then, so the first events, ticks and requests after boot would each fail as an
- * outage. Opens a `lazyConnect` client (`'wait'`). A client that is not ready within
- * `timeout` ms, or that has ended (closed, or its `retryStrategy` gave up), can serve
- * nothing: an `IdempotencyConfigurationError` naming what to check. A client without
- * `status` (not ioredis) is pinged instead, bounded by the runner's own timeout.
- */
-export async function awaitReady(runner: RedisScriptRunner, timeout: number, owner: string): Promise<void> {
-  const client = runner.client;
-  const status = client.status;
-  if (status === undefined) return runner.ping();
-  if (status === 'ready') return;
-  if (status === 'end') throw notReady(owner, 'has ended (closed with quit() or disconnect(), or its retryStrategy gave up)', undefined);
-  // A state this code does not know (a later ioredis): its commands will tell.
-  if (status !== 'wait' && !CONNECTING.has(status)) return;
-  if (typeof client.on !== 'function' || typeof client.removeListener !== 'function') return runner.ping();
-  let lastError: unknown;
-  let onReady!: () => void;
-  let onEnd!: () => void;
-  const onError = (error: unknown) => (lastError = error);
-  let timer: NodeJS.Timeout | undefined;
-  const settled = new Promise<void>((resolve, reject) => {
-    onReady = resolve;
-    onEnd = () => reject(notReady(owner, 'ended before it was ready (its retryStrategy gave up)', lastError));
-    timer = setTimeout(() => reject(notReady(owner, `was not ready within ${timeout} ms (status '${client.status}')`, lastError)), timeout);
-  });
-  client.on('ready', onReady);
-  client.on('end', onEnd);
-  client.on('error', onError);
-  try {
-    // A lazyConnect client connects on its first command, which it refuses without an
-    // offline queue: open it now. A failed attempt is retried by its retryStrategy.
-    if (status === 'wait') client.connect?.().catch(onError);
-    await settled;
-  } finally {
-    clearTimeout(timer);
-    client.removeListener('ready', onReady);
-    client.removeListener('end', onEnd);
-    client.removeListener('error', onError);
-  }
-}
-
-function notReady(owner: string, what: string, cause: unknown): IdempotencyConfigurationError {
-  // Not instanceof: a socket error may come from another realm (Node's own, under a test runner's VM).
-  const message = (cause as Error | undefined)?.message;
-  const reason = typeof message === 'string' && message !== '' ? ` Last error: ${message}.` : '';
-  return new IdempotencyConfigurationError(
-    `${owner}: the Redis client ${what}, so the application cannot start protected.${reason}`,
-    'Check the Redis URL (host, port, password, TLS) and that Redis is up and reachable from this process. ' +
-      'To wait longer, raise readyTimeout; to start without waiting (requests fail as an outage, 503 or onStoreError, until Redis answers), pass readyTimeout: 0.',
-    { cause },
-  );
-}
-
 /**
  * Redis did not answer in time. A store-unavailable error (HTTP 503): the engine passes
  * it on as it is, and `onStoreError: 'fail-open'` applies to it like to any outage.
@@ -115,7 +58,7 @@ export class RedisOperationTimeoutError extends IdempotencyStoreUnavailableError
     this.message = message;
     Object.defineProperty(this, 'hint', {
       value:
-        'Check that Redis is reachable. Create the ioredis client with enableOfflineQueue: false and a commandTimeout so that an outage fails fast (see docs/redis.md).',
+        'Check that Redis is reachable. Create the client with recommendedRedisOptions() (ioredis) or recommendedNodeRedisOptions() (node-redis) so that an outage fails fast (see docs/redis.md).',
       enumerable: true,
     });
   }
@@ -156,17 +99,22 @@ export class RedisScriptRunner {
    */
   private readonly deadlines: TimerQueue<PendingCall> | undefined;
 
+  /** The client as this package calls it: ioredis as it is, node-redis through `NodeRedisAdapter`. */
+  readonly client: RedisClientLike;
+
   constructor(
-    readonly client: RedisClientLike,
+    client: RedisClientLike | NodeRedisClientLike,
     options: RedisCallOptions,
     private readonly owner: string,
   ) {
-    if (!client || typeof client.evalsha !== 'function' || typeof client.eval !== 'function') {
+    const adapted = adaptNodeRedis(client);
+    if (!adapted || typeof adapted.evalsha !== 'function' || typeof adapted.eval !== 'function') {
       throw new IdempotencyConfigurationError(
-        `${owner}: the first argument must be an ioredis Redis or Cluster client.`,
-        'Pass an ioredis 5 or 6 client: new Redis(...) or new Cluster(...).',
+        `${owner}: the first argument must be an ioredis or node-redis client.`,
+        'Pass an ioredis 5 or 6 client (new Redis(...), new Cluster(...)) or a node-redis 5 or 6 client (createClient(...), createCluster(...)).',
       );
     }
+    this.client = adapted;
     checkWholeNumber(owner, 'timeout', options.timeout, { unit: 'ms', min: 0, example: '2_000' });
     this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
     this.deadlines = this.timeout === 0 ? undefined : new TimerQueue<PendingCall>(this.timeout, (call) => this.expire(call));

@@ -7,6 +7,7 @@ import {
   type LockProvider,
 } from '../locks/lock-provider.js';
 import { LuaScript, RedisScriptRunner, wholeMs, type RedisCallOptions, type RedisClientLike } from './redis-client.js';
+import type { NodeRedisClientLike } from './node-redis-client.js';
 
 /** Options of `RedisLockProvider`. */
 export interface RedisLockProviderOptions extends RedisCallOptions {
@@ -51,7 +52,7 @@ export class RedisLockProvider implements LockProvider {
   readonly prefix: string;
   private readonly scripts: RedisScriptRunner;
 
-  constructor(client: RedisClientLike, options: RedisLockProviderOptions = {}) {
+  constructor(client: RedisClientLike | NodeRedisClientLike, options: RedisLockProviderOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisLockProvider');
     this.prefix = options.prefix ?? 'lock:';
   }

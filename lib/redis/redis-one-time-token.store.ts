@@ -1,5 +1,6 @@
 import type { OneTimeTokenConsumeResult, OneTimeTokenStore } from '../tokens/one-time-token.store.js';
 import { LuaScript, RedisScriptRunner, wholeMs, type RedisCallOptions, type RedisClientLike } from './redis-client.js';
+import type { NodeRedisClientLike } from './node-redis-client.js';
 
 /** Options of `RedisOneTimeTokenStore`. */
 export interface RedisOneTimeTokenStoreOptions extends RedisCallOptions {
@@ -43,7 +44,7 @@ export class RedisOneTimeTokenStore implements OneTimeTokenStore {
   readonly prefix: string;
   private readonly scripts: RedisScriptRunner;
 
-  constructor(client: RedisClientLike, options: RedisOneTimeTokenStoreOptions = {}) {
+  constructor(client: RedisClientLike | NodeRedisClientLike, options: RedisOneTimeTokenStoreOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisOneTimeTokenStore');
     this.prefix = options.prefix ?? 'one-time-token:';
   }

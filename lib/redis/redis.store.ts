@@ -2,12 +2,10 @@ import type { IdempotencyEvent, IdempotencyEventListener } from '../core/events.
 import type { ClaimResult, CompletedRecord, IdempotencyRecord } from '../core/record.js';
 import type { ClaimRequest, CompleteRequest, IdempotencyStore, StepRequest } from '../core/store.js';
 import { DELETE_WITH_STEPS, loadSteps, saveStep } from './redis-steps.js';
-import {
-  resolveNearCacheOptions,
-  type NearCacheClient,
-  type RedisNearCacheOptions,
-  type RedisNearCacheStats,
-} from './near-cache-options.js';
+import { resolveNearCacheOptions, type RedisNearCacheOptions, type RedisNearCacheStats } from './near-cache-options.js';
+import type { NearCacheClient } from './near-cache-connection.js';
+import type { NodeRedisClientLike } from './node-redis-client.js';
+import { awaitReady } from './redis-ready.js';
 import { NearCache } from './near-cache.js';
 import {
   DEFAULT_REDIS_READY_TIMEOUT,
@@ -15,7 +13,6 @@ import {
   LuaScript,
   RedisScriptRunner,
   asString,
-  awaitReady,
   isAbsent,
   wholeMs,
   type RedisCallOptions,
@@ -146,17 +143,17 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private fallbackLog: RateLimitedLog | undefined;
   private readonly readyTimeout: number;
 
-  constructor(client: RedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
+  constructor(client: RedisClientLike | NodeRedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisIdempotencyStore');
+    // ioredis as it is, node-redis adapted: the near cache drives either the same way.
+    const adapted = this.scripts.client as NearCacheClient;
     this.prefix = options.prefix ?? 'idempotency:';
     checkWholeNumber('RedisIdempotencyStore', 'readyTimeout', options.readyTimeout, { unit: 'ms', min: 0, example: '10_000' });
     this.readyTimeout = options.readyTimeout ?? DEFAULT_REDIS_READY_TIMEOUT;
-    const nearCache = resolveNearCacheOptions(options.nearCache, client as NearCacheClient);
+    const nearCache = resolveNearCacheOptions(options.nearCache, adapted);
     this.nearCache =
       nearCache &&
-      new NearCache(client as NearCacheClient, this.prefix, nearCache, this.scripts.timeout, (error, reason) =>
-        this.reportNearCacheError(error, reason),
-      );
+      new NearCache(adapted, this.prefix, nearCache, this.scripts.timeout, (error, reason) => this.reportNearCacheError(error, reason));
   }
 
   /** The Redis key of a store key. The braces are a Cluster hash tag over the whole key. */
