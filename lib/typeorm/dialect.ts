@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from '../core/errors.js';
+import type { RecordDialect } from '../sql/dialect.js';
 
 /**
  * What the library needs to know about a DataSource's driver, read from its public
@@ -26,8 +27,7 @@ export function driverFamilyOf(dataSource: DataSource): DriverFamily {
   return SQLITE_FAMILY.has(type) ? 'sqlite' : 'other';
 }
 
-/** The SQL families the record store speaks: one module each under `store/dialects/`. */
-export type RecordDialect = 'postgres' | 'sqlite' | 'mysql';
+export type { RecordDialect } from '../sql/dialect.js';
 
 /** The record store's dialect of a DataSource; refuses every driver the store does not speak. */
 export function dialectOf(dataSource: DataSource): RecordDialect {

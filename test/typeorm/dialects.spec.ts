@@ -3,13 +3,14 @@ import type { DataSource } from 'typeorm';
 import { IdempotencyFingerprintMismatchError } from '../../lib/core/errors.js';
 import type { ClaimResult } from '../../lib/core/record.js';
 import type { TransactionalRequest } from '../../lib/core/store.js';
-import { mysqlDialect } from '../../lib/typeorm/store/dialects/mysql.js';
-import { postgresDialect } from '../../lib/typeorm/store/dialects/postgres.js';
-import { toRecord } from '../../lib/typeorm/store/dialects/record-row.js';
-import { parseTableName } from '../../lib/typeorm/store/dialects/records-table.js';
-import type { SqlDialect } from '../../lib/typeorm/store/dialects/sql-dialect.js';
-import { sqliteDialect } from '../../lib/typeorm/store/dialects/sqlite.js';
-import type { Statement } from '../../lib/typeorm/store/dialects/statement.js';
+import { mysqlDialect } from '../../lib/sql/dialects/mysql.js';
+import { postgresDialect } from '../../lib/sql/dialects/postgres.js';
+import { toRecord } from '../../lib/sql/dialects/record-row.js';
+import { parseTableName } from '../../lib/sql/dialects/records-table.js';
+import type { SqlDialect } from '../../lib/sql/dialect.js';
+import { sqliteDialect } from '../../lib/sql/dialects/sqlite.js';
+import type { Statement } from '../../lib/sql/statement.js';
+import { typeormDatabaseOf } from '../../lib/typeorm/store/database.js';
 import { sqlExecutorOf, type SqlResult } from '../../lib/typeorm/store/sql-executor.js';
 import { createMariaDataSource } from './mariadb/support.js';
 import { createPgDataSource, createSqljsDataSource } from './support.js';
@@ -47,7 +48,7 @@ const targets: Array<[string, () => Promise<Target>]> = [
     'mysql on MariaDB (claim with RETURNING)',
     async () => {
       const db = await createMariaDataSource();
-      const dialect = await mysqlDialect(parseTableName(TABLE)).forServer!(db.dataSource);
+      const dialect = await mysqlDialect(parseTableName(TABLE)).forServer!(typeormDatabaseOf(db.dataSource));
       return { dataSource: db.dataSource, dialect, destroy: () => db.destroy() };
     },
   ],
@@ -230,7 +231,8 @@ describe.each(targets)('SQL dialect: %s', (_name, create) => {
     else await runner.startTransaction();
     try {
       const executor = sqlExecutorOf(target.dataSource);
-      return await dialect.acquire({ runner, executor, request, waitTimeout: undefined, nested: false });
+      const connection = { run: (statement: Statement) => executor.runOn(runner, statement) };
+      return await dialect.acquire({ connection, request, waitTimeout: undefined, nested: false });
     } finally {
       await runner.rollbackTransaction();
       await runner.release();

@@ -9,7 +9,7 @@ import { checkWholeNumber } from '../../core/options.js';
 import { deserializeOutcome, serializeOutcome, valueOutcome } from '../../core/outcome.js';
 import type { TransactionalRequest } from '../../core/store.js';
 import { dialectFor } from './dialects/registry.js';
-import { checkTuning, runRecordTransaction, type TransactionTuning } from './transaction.js';
+import { checkTuning, runRecordTransactionOn, type TransactionTuning } from './transaction.js';
 
 /** Options of `runIdempotentTransaction`: the key, its scope and fingerprint, and the transaction's tuning. */
 export interface IdempotentTransactionOptions extends TransactionTuning {
@@ -98,7 +98,7 @@ export async function executeIdempotentTransaction<T>(
     ttl: options.ttl ?? DEFAULT_TTL,
   };
   const dialect = dialectFor(dataSource, options.tableName, options.preparedStatements !== false);
-  const outcome = await runRecordTransaction(
+  const outcome = await runRecordTransactionOn(
     dataSource,
     dialect,
     request,

@@ -4,8 +4,8 @@ import { shown } from '../../core/options.js';
 import { dataSourceOf } from '../internals.js';
 import { dialectOf } from '../dialect.js';
 import { defaultSchemaOf, dropRecordsTableDdl, recordsTableDdl } from './dialects/registry.js';
-import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
-import { stepStatements } from './dialects/steps-table.js';
+import { DEFAULT_RECORDS_TABLE, parseTableName } from '../../sql/dialects/records-table.js';
+import { stepStatements } from '../../sql/dialects/steps-table.js';
 
 async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);

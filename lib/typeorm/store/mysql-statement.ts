@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
 import type { MysqlPool } from '../internals.js';
-import type { SqlResult, Statement } from './dialects/statement.js';
+import type { SqlResult, Statement } from '../../sql/statement.js';
 
 /**
  * Runs one statement straight on the DataSource's mysql2 pool, as TypeORM's query runner

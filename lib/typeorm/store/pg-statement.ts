@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
 import type { PgQueryable } from '../internals.js';
-import type { SqlResult, Statement } from './dialects/statement.js';
+import type { SqlResult, Statement } from '../../sql/statement.js';
 
 /**
  * Runs one statement straight on a node-postgres pool or client, as a named prepared

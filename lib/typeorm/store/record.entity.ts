@@ -1,6 +1,6 @@
 import { Column, Entity, Index, PrimaryColumn, type ValueTransformer } from 'typeorm';
 import { mapColumnOnMysql } from '../column-types.js';
-import { DEFAULT_RECORDS_TABLE, expiryIndexNameOf, parseTableName, primaryKeyNameOf } from './dialects/records-table.js';
+import { DEFAULT_RECORDS_TABLE, expiryIndexNameOf, parseTableName, primaryKeyNameOf } from '../../sql/dialects/records-table.js';
 
 /** PostgreSQL returns bigint as a string; epoch ms fit a JS number exactly. */
 const epochMs: ValueTransformer = {

@@ -1,14 +1,14 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { mysqlPoolOf, pgClientOf, pgPoolOf } from '../internals.js';
 import { mysqlHeaderOf, runMysqlStatement } from './mysql-statement.js';
-import { sqliteMutexOf } from './mutex.js';
+import { sqliteMutexOf } from '../../sql/mutex.js';
 import { createGuardedQueryRunner, guardPgClientErrors } from './pg-client-guard.js';
 import { dialectOf, type RecordDialect } from '../dialect.js';
-import type { SqlResult, Statement } from './dialects/statement.js';
+import type { SqlResult, Statement } from '../../sql/statement.js';
 import { runPgStatement } from './pg-statement.js';
 import { transactionContext } from './transaction-context.js';
 
-export type { SqlResult } from './dialects/statement.js';
+export type { SqlResult } from '../../sql/statement.js';
 
 /** How the record statements of one DataSource reach the database. */
 export interface SqlExecutor {

@@ -1,7 +1,7 @@
 import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
 import { mapColumnOnMysql } from '../column-types.js';
-import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
-import { stepsTableOf } from './dialects/steps-table.js';
+import { DEFAULT_RECORDS_TABLE, parseTableName } from '../../sql/dialects/records-table.js';
+import { stepsTableOf } from '../../sql/dialects/steps-table.js';
 
 /** One row of a step records table (docs/steps.md): a finished step of an execution. */
 export interface IdempotencyStepRow {

@@ -1,4 +1,5 @@
 import type { LoggerService } from '@nestjs/common';
+import type { PurgeResult } from '../../sql/purge-schedule.js';
 import type { TransactionTuning } from './transaction.js';
 
 /** Options of `TypeOrmIdempotencyStore`. */
@@ -64,10 +65,4 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   logger?: LoggerService;
 }
 
-/** What one purge of expired records did. */
-export interface PurgeResult {
-  /** False when another instance (or call) was purging, so this one did nothing. */
-  readonly ran: boolean;
-  /** Rows deleted. */
-  readonly deleted: number;
-}
+export type { PurgeResult } from '../../sql/purge-schedule.js';

@@ -1,4 +1,4 @@
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../core/errors.js';
 import type { IdempotencyEventListener } from '../../core/events.js';
 import { checkWholeNumber } from '../../core/options.js';
@@ -14,22 +14,15 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../../core/store.js';
-import { StoreEventListeners } from '../../core/store-events.js';
+import type { SqlDialect } from '../../sql/dialect.js';
+import { DEFAULT_RECORDS_TABLE, parseTableName } from '../../sql/dialects/records-table.js';
+import { SqlRecords } from '../../sql/records.js';
 import { dialectOf } from '../dialect.js';
-import { toRecord } from './dialects/record-row.js';
-import { DEFAULT_RECORDS_TABLE, parseTableName } from './dialects/records-table.js';
-import { defaultSchemaOf, dialectFor, serverDialect } from './dialects/registry.js';
-import type { RunStatement, SqlDialect } from './dialects/sql-dialect.js';
-import type { Statement } from './dialects/statement.js';
-import { configurationErrorOf } from './failures.js';
-import { sqlExecutorOf, withRunner, type SqlExecutor, type SqlResult } from './sql-executor.js';
+import { typeormDatabaseOf, type TypeOrmTransaction } from './database.js';
+import { defaultSchemaOf, dialectFor } from './dialects/registry.js';
 import type { PurgeResult, TypeOrmIdempotencyStoreOptions } from './store-options.js';
-import { PurgeSchedule } from './purge-schedule.js';
-import { SqlStepRecords } from './step-records.js';
-import { checkTuning, runRecordTransaction } from './transaction.js';
-
-/** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
-const MAX_CLAIM_STATEMENTS = 5;
+import { TYPEORM_STEPS_FIX, TYPEORM_TABLE_FIXES } from './table-fixes.js';
+import { checkTuning, typeormTransactionParts } from './transaction.js';
 
 /**
  * The PostgreSQL or MySQL / MariaDB (shared, multi-instance) or SQLite (embedded)
@@ -49,20 +42,9 @@ const MAX_CLAIM_STATEMENTS = 5;
  */
 export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
   private resolvedDialect: SqlDialect | undefined;
-  private stepRecords: SqlStepRecords | undefined;
-  /** Runs one statement on any pooled connection (made once: no closure per claim). */
-  private readonly run: RunStatement = (statement) => this.executor.run(statement);
-  /** The background purge, when `purgeInterval` asks for one. */
-  private readonly purgeSchedule: PurgeSchedule | undefined;
-  /** Set once a statement on the table succeeded: from then on the purge job may run. */
-  private ready = false;
-  private purging = false;
-  private retries = 0;
-  private lockRetries = 0;
-  private readonly listeners = new StoreEventListeners();
+  /** The record logic, shared with the other SQL stores (lib/sql/records.ts). */
+  private readonly records: SqlRecords<TypeOrmTransaction>;
   readonly purgeBatchSize: number;
-  /** The largest result the table must hold (`maxResponseBytes`, or its deprecated alias `maxResultBytes`). */
-  private readonly maxResponseBytes: number;
 
   constructor(
     readonly dataSource: DataSource,
@@ -74,17 +56,17 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     // A message names the option the user wrote, the deprecated alias included.
     const size = sizeLimitOf('TypeOrmIdempotencyStore', options);
     checkWholeNumber('TypeOrmIdempotencyStore', size.name, size.value, { example: '1_048_576' });
-    this.maxResponseBytes = (size.value as number | undefined) ?? DEFAULT_MAX_RESPONSE_BYTES;
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
-    if (options.purgeInterval) {
-      this.purgeSchedule = new PurgeSchedule(
-        options.purgeInterval,
-        () => this.purgeExpired(),
-        options,
-        this.listeners,
-        () => this.resolvedDialect?.table.quoted,
-      );
-    }
+    this.records = new SqlRecords(typeormDatabaseOf(dataSource), () => this.dialect, {
+      owner: 'TypeOrmIdempotencyStore',
+      fixes: TYPEORM_TABLE_FIXES,
+      stepsFix: TYPEORM_STEPS_FIX,
+      maxResponseBytes: (size.value as number | undefined) ?? DEFAULT_MAX_RESPONSE_BYTES,
+      purgeBatchSize: this.purgeBatchSize,
+      purgeInterval: options.purgeInterval,
+      reporting: options,
+      tuning: options,
+    });
     // The driver type and the table name are known before the DataSource is initialized:
     // refuse them here, where the stack points at the mistake, rather than at every request.
     if (dataSource?.options?.type !== undefined) {
@@ -103,7 +85,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * committed between the statement's snapshot and its conflict check (diagnostics).
    */
   get claimRetries(): number {
-    return this.retries;
+    return this.records.claimRetries;
   }
 
   /**
@@ -112,7 +94,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * the event listeners as a `store_error` (diagnostics).
    */
   get transactionRetries(): number {
-    return this.lockRetries;
+    return this.records.transactionRetries;
   }
 
   /**
@@ -132,19 +114,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
           'from a DataSource that is already initialised (TypeOrmModule provides one).',
       );
     }
-    const dialect = this.dialect;
-    try {
-      await withRunner(this.dataSource, dialect.name, (runner) => runner.query(dialect.probe().sql));
-      // MySQL family: learn now which claim the server takes, rather than on the first request.
-      const server = await serverDialect(this.dataSource, dialect);
-      // The table must hold the largest result any handler of this store may store.
-      const bytes = Math.max(this.maxResponseBytes, requirements?.maxResponseBytes ?? 0);
-      await server.verify?.(this.dataSource, bytes);
-    } catch (error) {
-      throw this.failure(error);
-    }
-    await this.steps.verify();
-    this.becomeReady();
+    await this.records.verify(requirements);
   }
 
   /**
@@ -153,107 +123,50 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * registered, the store leaves logging to them.
    */
   addEventListener(listener: IdempotencyEventListener): () => void {
-    return this.listeners.add(listener);
+    return this.records.addEventListener(listener);
   }
 
   /** Creates the table and its index when missing (handy for SQLite and tests; use the migration in production). */
-  async ensureTable(): Promise<void> {
-    const dialect = this.dialect;
-    await withRunner(this.dataSource, dialect.name, async (runner) => {
-      for (const statement of dialect.createTable()) await runner.query(statement);
-    });
-    await this.steps.ensureTable();
-    this.becomeReady();
+  ensureTable(): Promise<void> {
+    return this.records.ensureTable();
   }
 
-  async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
-    try {
-      const base = this.dialect;
-      // MySQL family: the variant of the server behind the DataSource (asked once).
-      const dialect = base.forServer ? await base.forServer(this.dataSource) : base;
-      const result = dialect.claimSession
-        ? await dialect.claimSession(this.dataSource, this.executor, (run) => this.claimRounds(dialect, key, request, run))
-        : await this.claimRounds(dialect, key, request, this.run);
-      if (!this.ready) this.becomeReady();
-      return result;
-    } catch (error) {
-      throw this.failure(error);
-    }
+  claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    return this.records.claim(key, request);
   }
 
-  private async claimRounds(dialect: SqlDialect, key: string, request: ClaimRequest, run: RunStatement): Promise<ClaimResult> {
-    for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
-      if (round > 0) this.retries++;
-      let result: SqlResult;
-      try {
-        result = await run(dialect.claim(key, request.token, request.leaseTtl, request.fingerprint));
-      } catch (error) {
-        if (round < MAX_CLAIM_STATEMENTS - 1 && dialect.claimMayRetry(error)) continue;
-        throw error;
-      }
-      const answer = dialect.claimAnswer(key, request, result);
-      if (answer === 'again') continue;
-      if (answer !== 'read') return answer;
-      const existing = await run(dialect.read(key));
-      if (existing.rows.length > 0) return { claimed: false, record: toRecord(key, existing.rows[0]) };
-      // Released, deleted or expired between the two statements: claim again.
-    }
-    throw new Error(`TypeOrmIdempotencyStore: the claim of ${key} did not settle after ${MAX_CLAIM_STATEMENTS} statements; retry.`);
+  complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
+    return this.records.complete(key, token, request);
   }
 
-  /** How statements reach the database, chosen once per DataSource (see `sqlExecutorOf`). */
-  private get executor(): SqlExecutor {
-    return sqlExecutorOf(this.dataSource);
+  release(key: string, token: string): Promise<boolean> {
+    return this.records.release(key, token);
   }
 
-  async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
-    const dialect = this.dialect;
-    let result = request.result;
-    if (dialect.storableResult) {
-      try {
-        result = await dialect.storableResult(this.dataSource, key, result, (event) => this.listeners.emit(event));
-      } catch (error) {
-        throw this.failure(error);
-      }
-    }
-    return this.write(() => dialect.complete(key, token, result, request.ttl));
+  renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
+    return this.records.renew(key, token, leaseTtl);
   }
 
-  async release(key: string, token: string): Promise<boolean> {
-    return this.write(() => this.dialect.release(key, token));
+  get(key: string): Promise<IdempotencyRecord | undefined> {
+    return this.records.get(key);
   }
 
-  async renew(key: string, token: string, leaseTtl: number): Promise<boolean> {
-    return this.write(() => this.dialect.renew(key, token, leaseTtl));
+  delete(key: string): Promise<boolean> {
+    return this.records.delete(key);
   }
 
-  async get(key: string): Promise<IdempotencyRecord | undefined> {
-    try {
-      const { rows } = await this.executor.run(this.dialect.read(key));
-      if (!this.ready) this.becomeReady();
-      return rows.length > 0 ? toRecord(key, rows[0]) : undefined;
-    } catch (error) {
-      throw this.failure(error);
-    }
-  }
-
-  async delete(key: string): Promise<boolean> {
-    await this.stepCall(() => this.steps.delete(key));
-    return this.write(() => this.dialect.delete(key));
-  }
-
-  /** Every step record of the key (step-records.ts), one statement on a pooled connection. */
+  /** Every step record of the key (lib/sql/step-records.ts), one statement on a pooled connection. */
   loadSteps(key: string): Promise<Record<string, string>> {
-    return this.stepCall(() => this.steps.load(key));
+    return this.records.loadSteps(key);
   }
 
   /** Records a finished step, fenced by the lease token, on a pooled connection (survives a business rollback). */
   saveStep(key: string, token: string, request: StepRequest): Promise<boolean> {
-    return this.stepCall(() => this.steps.save(key, token, request));
+    return this.records.saveStep(key, token, request);
   }
 
-  async ping(): Promise<void> {
-    await withRunner(this.dataSource, this.dialect.name, (runner) => runner.query('SELECT 1'));
+  ping(): Promise<void> {
+    return this.records.ping();
   }
 
   /**
@@ -261,23 +174,9 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * `TransactionalIdempotencyStore`). Inside `work`, `getIdempotentEntityManager()` returns
    * the transaction's `EntityManager`. Errors as `runIdempotentTransaction` reports them.
    */
-  async runTransactional<T>(
-    request: TransactionalRequest,
-    work: () => Promise<{ value: T; result: string }>,
-  ): Promise<TransactionalResult<T>> {
-    const result = await runRecordTransaction(
-      this.dataSource,
-      this.dialect,
-      request,
-      () => work(),
-      this.options,
-      (event) => {
-        if (event.type === 'store_error') this.lockRetries++;
-        this.listeners.emit(event);
-      },
-    );
-    if (!this.ready) this.becomeReady();
-    return result;
+  runTransactional<T>(request: TransactionalRequest, work: () => Promise<{ value: T; result: string }>): Promise<TransactionalResult<T>> {
+    const parts = typeormTransactionParts(this.dataSource, () => work());
+    return this.records.runTransactional(request, parts.work, parts.nested);
   }
 
   /**
@@ -286,38 +185,18 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
    * by several instances skip instead of competing: only one runs at a time, the others
    * return `{ ran: false }`.
    */
-  async purgeExpired(): Promise<PurgeResult> {
-    if (this.purging) return { ran: false, deleted: 0 };
-    this.purging = true;
-    try {
-      return await this.dialect.withPurgeLock(this.dataSource, (lockHolder) => this.deleteBatches(lockHolder));
-    } catch (error) {
-      throw this.failure(error);
-    } finally {
-      this.purging = false;
-    }
+  purgeExpired(): Promise<PurgeResult> {
+    return this.records.purgeExpired();
   }
 
   /** Stops the purge job and waits for a run in progress. The DataSource stays open: it is yours to destroy. */
-  async close(): Promise<void> {
-    await this.purgeSchedule?.stop();
+  close(): Promise<void> {
+    return this.records.close();
   }
 
   /** Nest lifecycle hook: stops the purge job with the application. */
   async onModuleDestroy(): Promise<void> {
     await this.close();
-  }
-
-  private get steps(): SqlStepRecords {
-    return (this.stepRecords ??= new SqlStepRecords(this.dataSource, this.dialect, () => this.executor));
-  }
-
-  private async stepCall<T>(call: () => Promise<T>): Promise<T> {
-    try {
-      return await call();
-    } catch (error) {
-      throw this.failure(error);
-    }
   }
 
   private get dialect(): SqlDialect {
@@ -338,43 +217,5 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       `The records entity ${entity.name || '(anonymous class)'} given to TypeOrmIdempotencyStore is not registered in its DataSource.`,
       "Add it to the DataSource's entities (the same class object, created once at module level by createIdempotencyRecordEntity).",
     );
-  }
-
-  /** The configuration error a failure of the store's SQL stands for, or the failure itself. */
-  private failure(error: unknown): unknown {
-    const table = this.resolvedDialect?.table;
-    return (table && configurationErrorOf(error, table)) ?? error;
-  }
-
-  private async write(statement: () => Statement): Promise<boolean> {
-    try {
-      const { affected } = await this.executor.run(statement());
-      if (!this.ready) this.becomeReady();
-      return affected > 0;
-    } catch (error) {
-      throw this.failure(error);
-    }
-  }
-
-  /** Batches run on `lockHolder` (PostgreSQL, MySQL family), or each through the SQLite mutex so claims interleave. */
-  private async deleteBatches(lockHolder: QueryRunner | undefined): Promise<number> {
-    const dialect = this.dialect;
-    let deleted = 0;
-    for (;;) {
-      const statement = dialect.purgeBatch(this.purgeBatchSize);
-      if (lockHolder && dialect.beforePurgeBatch) await dialect.beforePurgeBatch(lockHolder);
-      const { affected } = lockHolder ? await this.executor.runOn(lockHolder, statement) : await this.executor.run(statement);
-      deleted += affected;
-      if (affected < this.purgeBatchSize) return deleted + (await this.steps.purge(this.purgeBatchSize));
-    }
-  }
-
-  /**
-   * The table answered, so purging can start. Before that a purge could only fail (no
-   * table yet: the application has not run its migrations, or verify() is about to say so).
-   */
-  private becomeReady(): void {
-    this.ready = true;
-    this.purgeSchedule?.start();
   }
 }

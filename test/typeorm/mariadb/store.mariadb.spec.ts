@@ -9,9 +9,10 @@ import {
   createIdempotencyRecordEntity,
   createIdempotencyRecordsMigration,
 } from '../../../lib/typeorm/index.js';
-import { assumeClaimReturning, claimReturningOf, supportsInsertReturning } from '../../../lib/typeorm/store/dialects/mysql-server.js';
+import { assumeClaimReturning, claimReturningOf, supportsInsertReturning } from '../../../lib/sql/dialects/mysql-server.js';
+import { typeormDatabaseOf } from '../../../lib/typeorm/store/database.js';
 import { sqlExecutorOf } from '../../../lib/typeorm/store/sql-executor.js';
-import { purgeLockNameOf } from '../../../lib/typeorm/store/dialects/mysql.js';
+import { purgeLockNameOf } from '../../../lib/sql/dialects/mysql.js';
 import { uniqueName, waitUntil } from '../support.js';
 import { createMariaDataSource, mariaNowMs } from './support.js';
 
@@ -21,7 +22,7 @@ import { createMariaDataSource, mariaNowMs } from './support.js';
 describeStoreContract('TypeOrmIdempotencyStore (MariaDB, mariadb driver)', async () => {
   const db = await createMariaDataSource({ migrations: [CreateIdempotencyRecords1700000000000], synchronize: false, poolSize: 10 });
   await db.dataSource.runMigrations();
-  expect(await claimReturningOf(db.dataSource)).toBe(true);
+  expect(await claimReturningOf(typeormDatabaseOf(db.dataSource))).toBe(true);
   return { store: new TypeOrmIdempotencyStore(db.dataSource), dispose: () => db.destroy() };
 });
 

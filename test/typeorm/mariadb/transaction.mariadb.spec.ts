@@ -13,7 +13,7 @@ import {
   getIdempotentEntityManager,
   runIdempotentTransaction,
 } from '../../../lib/typeorm/index.js';
-import { assumeClaimReturning } from '../../../lib/typeorm/store/dialects/mysql-server.js';
+import { assumeClaimReturning } from '../../../lib/sql/dialects/mysql-server.js';
 import { MAX_LOCK_RETRIES } from '../../../lib/typeorm/store/transaction.js';
 import { Account, RefundRecord, refundEntities } from '../refund.entities.js';
 import { gate, sleep, waitUntil } from '../support.js';

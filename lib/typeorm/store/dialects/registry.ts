@@ -1,17 +1,17 @@
 import type { DataSource } from 'typeorm';
-import { dialectOf, type RecordDialect } from '../../dialect.js';
-import { mysqlDialect } from './mysql.js';
-import { dropMysqlRecordsTableDdl, mysqlRecordsTableDdl } from './mysql-statements.js';
-import { postgresDialect } from './postgres.js';
+import type { RecordDialect, SqlDialect } from '../../../sql/dialect.js';
+import { mysqlDialect } from '../../../sql/dialects/mysql.js';
+import { dropMysqlRecordsTableDdl, mysqlRecordsTableDdl } from '../../../sql/dialects/mysql-statements.js';
+import { postgresDialect } from '../../../sql/dialects/postgres.js';
 import {
   DEFAULT_RECORDS_TABLE,
   dropQuotedRecordsTableDdl,
   parseTableName,
   quotedRecordsTableDdl,
   type TableName,
-} from './records-table.js';
-import type { SqlDialect } from './sql-dialect.js';
-import { sqliteDialect } from './sqlite.js';
+} from '../../../sql/dialects/records-table.js';
+import { sqliteDialect } from '../../../sql/dialects/sqlite.js';
+import { dialectOf } from '../../dialect.js';
 
 /** What the registry knows of one dialect module. */
 interface DialectModule {
@@ -24,7 +24,7 @@ interface DialectModule {
   readonly usesDataSourceSchema: boolean;
 }
 
-/** The one place that lists the dialects: adding one is a module under dialects/ and a line here. */
+/** The one place that lists the dialects TypeORM reaches: adding one is a module under lib/sql/dialects/ and a line here. */
 const DIALECTS: Record<RecordDialect, DialectModule> = {
   postgres: {
     create: postgresDialect,
@@ -79,9 +79,4 @@ export function dialectFor(dataSource: DataSource, tableName: string = DEFAULT_R
     byTable.set(cacheKey, dialect);
   }
   return dialect;
-}
-
-/** The variant of `dialect` that the server behind `dataSource` takes (see `SqlDialect.forServer`). */
-export async function serverDialect(dataSource: DataSource, dialect: SqlDialect): Promise<SqlDialect> {
-  return dialect.forServer ? dialect.forServer(dataSource) : dialect;
 }

@@ -1,5 +1,3 @@
-import type { DataSource } from 'typeorm';
-
 /**
  * FIFO mutual exclusion. SQLite drivers run every query on ONE connection, so two
  * transactions interleaved on it would nest into each other; the store serializes its
@@ -63,13 +61,13 @@ export class MutexTimeoutError extends Error {
 // Global, so that the ESM and CommonJS copies of this package (both may load in one
 // process) share one mutex per connection, whichever copy asks.
 const sqliteMutexes = ((globalThis as Record<symbol, unknown>)[Symbol.for('nestjs-idempotency:typeorm:sqlite-mutexes')] ??= new WeakMap<
-  DataSource,
+  object,
   Mutex
->()) as WeakMap<DataSource, Mutex>;
+>()) as WeakMap<object, Mutex>;
 
-/** @internal The one mutex guarding this library's work on a single-connection DataSource. */
-export function sqliteMutexOf(dataSource: DataSource): Mutex {
-  let mutex = sqliteMutexes.get(dataSource);
-  if (!mutex) sqliteMutexes.set(dataSource, (mutex = new Mutex()));
+/** @internal The one mutex guarding this library's work on a single-connection database (its DataSource). */
+export function sqliteMutexOf(identity: object): Mutex {
+  let mutex = sqliteMutexes.get(identity);
+  if (!mutex) sqliteMutexes.set(identity, (mutex = new Mutex()));
   return mutex;
 }

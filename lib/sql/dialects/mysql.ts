@@ -1,15 +1,14 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { IdempotencyInFlightError } from '../../../core/errors.js';
-import type { ClaimRequest } from '../../../core/store.js';
+import { IdempotencyInFlightError } from '../../core/errors.js';
+import type { ClaimRequest } from '../../core/store.js';
+import type { AcquireStep, Acquisition, ClaimAnswer, RecordStatements, SqlDialect } from '../dialect.js';
 import { transientLockErrorOf } from '../failures.js';
-import { withOwnConnection } from './lock-holder.js';
+import { plain, type SqlResult } from '../statement.js';
 import { checkResultCapacity, forgetResultCapacity, mysqlResultCapacityOf, storableMysqlResult } from './mysql-result-capacity.js';
 import { claimReturningOf } from './mysql-server.js';
 import { mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements } from './mysql-statements.js';
 import { liveRowAcquisition, toRecord } from './record-row.js';
 import type { TableName } from './records-table.js';
-import type { AcquireStep, Acquisition, ClaimAnswer, RecordStatements, SqlDialect } from './sql-dialect.js';
-import type { SqlResult } from './statement.js';
 
 /**
  * MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb` drivers). One INSERT ... ON
@@ -33,30 +32,30 @@ export function mysqlDialect(name: TableName): SqlDialect {
       name: 'mysql',
       table,
       createTable: () => mysqlRecordsTableDdl(table),
-      forServer: async (dataSource) => variant(await claimReturningOf(dataSource)),
-      verify: async (dataSource, maxResultBytes) => {
-        forgetResultCapacity(dataSource, table);
-        checkResultCapacity(table, await mysqlResultCapacityOf(dataSource, table), maxResultBytes);
+      forServer: async (db) => variant(await claimReturningOf(db)),
+      verify: async (db, maxResultBytes) => {
+        forgetResultCapacity(db, table);
+        checkResultCapacity(table, await mysqlResultCapacityOf(db, table), maxResultBytes);
       },
       claimAnswer: returning ? returningClaimAnswer : insertIdClaimAnswer,
       // An autocommit statement that InnoDB rolled back: nothing happened, run it again.
       claimMayRetry: (error) => transientLockErrorOf(error) !== undefined,
-      storableResult: (dataSource, key, result, report, query) => storableMysqlResult(dataSource, table, key, result, report, query),
-      withPurgeLock: (dataSource, purge) =>
-        withOwnConnection(dataSource, async (runner) => {
+      storableResult: (db, key, result, report, connection) => storableMysqlResult(db, table, key, result, report, connection),
+      withPurgeLock: (db, purge) =>
+        db.withConnection(async (connection) => {
           // GET_LOCK: MySQL's and MariaDB's advisory lock, held by this session until released.
-          const [{ locked }] = (await runner.query('SELECT GET_LOCK(?, 0) AS locked', [lockName])) as Array<{ locked: unknown }>;
-          if (Number(locked) !== 1) return { ran: false, deleted: 0 };
+          const { rows } = await connection.run(plain('SELECT GET_LOCK(?, 0) AS locked', [lockName]));
+          if (Number(rows[0]?.locked) !== 1) return { ran: false, deleted: 0 };
           try {
-            return { ran: true, deleted: await purge(runner) };
+            return { ran: true, deleted: await purge(connection) };
           } finally {
-            await runner.query('SELECT RELEASE_LOCK(?)', [lockName]);
+            await connection.run(plain('SELECT RELEASE_LOCK(?)', [lockName]));
           }
         }),
       // The next (autocommit) statement runs under READ COMMITTED, where its range scan
       // locks only the rows it deletes, not the gaps new claims insert into.
       beforePurgeBatch: async (lockHolder) => {
-        await lockHolder.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+        await lockHolder.run(plain('SET TRANSACTION ISOLATION LEVEL READ COMMITTED'));
       },
       retriedTransaction: (error) => {
         const kind = transientLockErrorOf(error);
@@ -108,35 +107,39 @@ function insertIdClaimAnswer(key: string, request: ClaimRequest, result: SqlResu
  * transaction's retry (`retriedTransaction`) runs again (it then finds the other's row).
  */
 async function acquireByClaim(sql: RecordStatements, returning: boolean, step: AcquireStep): Promise<Acquisition> {
-  const { runner, executor, request, waitTimeout } = step;
+  const { connection, request, waitTimeout } = step;
   const token = randomUUID();
   const statement = sql.claim(request.key, token, request.ttl, request.fingerprint);
   let claimed;
   if (waitTimeout === undefined) {
-    claimed = await executor.runOn(runner, statement);
+    claimed = await connection.run(statement);
   } else {
     // Session-wide on a pooled connection: set for this statement, then put back.
-    await runner.query('SET @nestjs_idem_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?', [
-      Math.max(1, Math.ceil(waitTimeout / 1000)),
-    ]);
+    await connection.run(
+      plain('SET @nestjs_idem_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?', [
+        Math.max(1, Math.ceil(waitTimeout / 1000)),
+      ]),
+    );
     try {
-      claimed = await executor.runOn(runner, statement);
+      claimed = await connection.run(statement);
     } catch (error) {
       if (transientLockErrorOf(error) === 'lock_wait_timeout') throw new IdempotencyInFlightError(waitTimeout);
       throw error;
     } finally {
-      await runner.query('SET SESSION innodb_lock_wait_timeout = @nestjs_idem_wait').catch(() => undefined);
+      await connection.run(plain('SET SESSION innodb_lock_wait_timeout = @nestjs_idem_wait')).catch(() => undefined);
     }
   }
   let row: Record<string, unknown> | undefined;
   if (returning) {
     row = claimed.rows[0];
-    if (row && row.status === 'in_progress' && row.lease_token === token) return { kind: 'owned' };
   } else {
     if ((claimed.insertId ?? 0) > 0) return { kind: 'owned' };
-    row = (await executor.runOn(runner, sql.readAny(request.key))).rows[0];
+    row = (await connection.run(sql.readAny(request.key))).rows[0];
   }
   if (!row) return { kind: 'restart' };
+  // The claim's own token: inserted or taken over (on MySQL 8, where a driver that does not
+  // report the insert id leaves only the row to tell).
+  if (row.status === 'in_progress' && row.lease_token === token) return { kind: 'owned' };
   return liveRowAcquisition(row, request);
 }
 

@@ -1,6 +1,6 @@
 import { expiryIndexNameOf, type TableName } from './records-table.js';
-import type { RecordStatements } from './sql-dialect.js';
-import type { Statement } from './statement.js';
+import type { RecordStatements } from '../dialect.js';
+import type { Statement } from '../statement.js';
 
 /**
  * The record statements on MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb`

@@ -1,7 +1,7 @@
-import type { RecordDialect } from '../../dialect.js';
+import type { RecordDialect } from '../dialect.js';
 import { MYSQL_NOW, mysqlQuoted } from './mysql-statements.js';
 import type { TableName } from './records-table.js';
-import type { Statement } from './statement.js';
+import type { Statement } from '../statement.js';
 
 /*
  * The step records of `step()` (docs/steps.md) in SQL: a table of their own beside the

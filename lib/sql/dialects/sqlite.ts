@@ -1,10 +1,9 @@
-import { IdempotencyInFlightError } from '../../../core/errors.js';
+import { IdempotencyInFlightError } from '../../core/errors.js';
+import type { SqlDialect } from '../dialect.js';
 import { MutexTimeoutError, sqliteMutexOf } from '../mutex.js';
-import { withRunner } from '../sql-executor.js';
 import { acquireByInsert, type InsertAcquireStatements } from './insert-acquire.js';
 import { flaggedClaimAnswer } from './record-row.js';
 import { probeSql, quotedRecordsTableDdl, RECORD_COLUMNS, type TableName } from './records-table.js';
-import type { SqlDialect } from './sql-dialect.js';
 
 /**
  * SQLite (sql.js, better-sqlite3, sqlite3 and the other single-connection drivers). It is
@@ -104,15 +103,14 @@ RETURNING "key"`,
     table,
     createTable: () => quotedRecordsTableDdl(table),
     // The claim and the read after it on the one connection, under the mutex.
-    claimSession: (dataSource, executor, claim) =>
-      withRunner(dataSource, 'sqlite', (runner) => claim((statement) => executor.runOn(runner, statement))),
+    claimSession: (db, claim) => db.withConnection((connection) => claim((statement) => connection.run(statement))),
     claimAnswer: (key, _request, result) => flaggedClaimAnswer(key, result, 'read'),
     claimMayRetry: () => false,
     // One process: no lock; each batch goes through the mutex on its own, so claims interleave.
-    withPurgeLock: async (_dataSource, purge) => ({ ran: true, deleted: await purge(undefined) }),
-    serializeTransactions: async (dataSource, waitTimeout, open) => {
+    withPurgeLock: async (_db, purge) => ({ ran: true, deleted: await purge(undefined) }),
+    serializeTransactions: async (db, waitTimeout, open) => {
       try {
-        return await sqliteMutexOf(dataSource).run(open, waitTimeout);
+        return await sqliteMutexOf(db.identity).run(open, waitTimeout);
       } catch (error) {
         if (error instanceof MutexTimeoutError) throw new IdempotencyInFlightError(waitTimeout ?? 1_000);
         throw error;

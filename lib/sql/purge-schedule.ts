@@ -1,8 +1,23 @@
 import { Logger } from '@nestjs/common';
-import type { IdempotencyEvent } from '../../core/events.js';
-import type { StoreEventListeners } from '../../core/store-events.js';
-import { RateLimitedLog } from '../../observability/rate-limited-log.js';
-import type { PurgeResult, TypeOrmIdempotencyStoreOptions } from './store-options.js';
+import type { IdempotencyEvent } from '../core/events.js';
+import type { StoreEventListeners } from '../core/store-events.js';
+import { RateLimitedLog } from '../observability/rate-limited-log.js';
+import type { LoggerService } from '@nestjs/common';
+
+/** What one purge of expired records did. */
+export interface PurgeResult {
+  /** False when another instance (or call) was purging, so this one did nothing. */
+  readonly ran: boolean;
+  /** Rows deleted. */
+  readonly deleted: number;
+}
+
+/** The purge callbacks a SQL store's options carry (documented on each store's options). */
+export interface PurgeReporting {
+  onPurge?: (result: PurgeResult) => void;
+  onPurgeError?: (error: unknown) => void;
+  logger?: LoggerService;
+}
 
 /**
  * The store's background purge (`purgeInterval`): a timer that does not keep the process
@@ -19,10 +34,12 @@ export class PurgeSchedule {
   constructor(
     private readonly interval: number,
     private readonly purge: () => Promise<PurgeResult>,
-    private readonly options: Pick<TypeOrmIdempotencyStoreOptions, 'onPurge' | 'onPurgeError' | 'logger'>,
+    private readonly options: PurgeReporting,
     private readonly listeners: StoreEventListeners,
     /** The quoted table, once known (for the failure's reason). */
     private readonly tableName: () => string | undefined,
+    /** The store's class name, in the warning. */
+    private readonly owner = 'TypeOrmIdempotencyStore',
   ) {}
 
   /** Starts the timer, unless it runs already or the schedule was stopped. */
@@ -81,6 +98,6 @@ export class PurgeSchedule {
     if (this.listeners.size > 0) return;
     this.log ??= new RateLimitedLog(this.options.logger ?? new Logger('Idempotency'));
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    this.log.warn(message, `TypeOrmIdempotencyStore: ${event.reason}: ${message}`);
+    this.log.warn(message, `${this.owner}: ${event.reason}: ${message}`);
   }
 }

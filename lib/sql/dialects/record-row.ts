@@ -1,9 +1,9 @@
-import { IdempotencyFingerprintMismatchError } from '../../../core/errors.js';
-import { serializeOutcome } from '../../../core/outcome.js';
-import type { IdempotencyRecord } from '../../../core/record.js';
-import type { TransactionalRequest } from '../../../core/store.js';
-import type { Acquisition, ClaimAnswer } from './sql-dialect.js';
-import type { SqlResult } from './statement.js';
+import { IdempotencyFingerprintMismatchError } from '../../core/errors.js';
+import { serializeOutcome } from '../../core/outcome.js';
+import type { IdempotencyRecord } from '../../core/record.js';
+import type { TransactionalRequest } from '../../core/store.js';
+import type { Acquisition, ClaimAnswer } from '../dialect.js';
+import type { SqlResult } from '../statement.js';
 
 /** What a result that can never be stored is stored as instead: duplicates then get a not-replayable error. */
 export function unstorableResult(reason: string): string {
@@ -38,7 +38,7 @@ export function flaggedClaimAnswer(key: string, result: SqlResult, none: 'read' 
   const { rows } = result;
   if (rows.length === 0) return none;
   const row = rows[0];
-  const claimed = row.claimed === true || row.claimed === 1;
+  const claimed = row.claimed === true || Number(row.claimed) === 1;
   return claimed
     ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
     : { claimed: false, record: toRecord(key, row) };

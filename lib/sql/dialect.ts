@@ -1,17 +1,17 @@
-import type { DataSource, QueryRunner } from 'typeorm';
-import type { IdempotencyEvent } from '../../../core/events.js';
-import type { ClaimResult } from '../../../core/record.js';
-import type { ClaimRequest, TransactionalRequest } from '../../../core/store.js';
-import type { RecordDialect } from '../../dialect.js';
-import type { SqlExecutor } from '../sql-executor.js';
-import type { TableName } from './records-table.js';
+import type { IdempotencyEvent } from '../core/events.js';
+import type { ClaimResult } from '../core/record.js';
+import type { ClaimRequest, TransactionalRequest } from '../core/store.js';
+import type { IdempotentIsolationLevel, SqlConnection, SqlDatabase } from './port.js';
+import type { TableName } from './dialects/records-table.js';
 import type { SqlResult, Statement } from './statement.js';
+
+export type { IdempotentIsolationLevel } from './port.js';
 
 /** Restarts of a transaction's acquisition phase before giving up (each one sees a newer snapshot). */
 export const MAX_ACQUIRE_ROUNDS = 5;
 
-/** Isolation levels accepted for the idempotent transaction. */
-export type IdempotentIsolationLevel = 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+/** The SQL families the record store speaks: one module each under `dialects/`. */
+export type RecordDialect = 'postgres' | 'sqlite' | 'mysql';
 
 /**
  * The record operations as SQL, one builder per statement.
@@ -60,12 +60,11 @@ export type Acquisition =
 /** What the acquisition step of an idempotent transaction works with. */
 export interface AcquireStep {
   /** The transaction's connection (its transaction is open). */
-  readonly runner: QueryRunner;
-  readonly executor: SqlExecutor;
+  readonly connection: SqlConnection;
   readonly request: TransactionalRequest;
   /** `TransactionTuning.waitTimeout`: the longest wait for a concurrent duplicate. */
   readonly waitTimeout: number | undefined;
-  /** Joined an outer idempotent transaction on the same DataSource. */
+  /** Joined an outer idempotent transaction on the same database (TypeORM). */
   readonly nested: boolean;
 }
 
@@ -74,9 +73,9 @@ export type RunStatement = (statement: Statement) => Promise<SqlResult>;
 
 /**
  * One SQL dialect of the record store (`postgres.ts`, `mysql.ts`, `sqlite.ts`) on one
- * table: its statements and everything else in which the databases differ. The store
- * (`store.ts`) and the transaction path (`transaction.ts`) call it and never ask which
- * database they talk to; `registry.ts` picks the dialect of a DataSource.
+ * table: its statements and everything else in which the databases differ. The record
+ * logic (`records.ts`) and the transaction path (`transaction.ts`) call it and never ask
+ * which database they talk to; each ORM's entry point picks the dialect of its database.
  */
 export interface SqlDialect extends RecordStatements {
   readonly name: RecordDialect;
@@ -85,37 +84,37 @@ export interface SqlDialect extends RecordStatements {
   /** The DDL of the records table (`ensureTable()`, the migration). */
   createTable(): string[];
   /**
-   * The variant of the server behind `dataSource`, asked once per DataSource (MySQL 8 or
-   * MariaDB: whether the claim may end in RETURNING). Absent: this dialect is the server's.
+   * The variant of the server behind `db`, asked once per database (MySQL 8 or MariaDB:
+   * whether the claim may end in RETURNING). Absent: this dialect is the server's.
    */
-  forServer?(dataSource: DataSource): Promise<SqlDialect>;
+  forServer?(db: SqlDatabase): Promise<SqlDialect>;
   /**
    * Boot checks beyond the probe of the table, on the server's variant (MySQL family: the
    * result column, key collation and max_allowed_packet against `maxResultBytes`).
    */
-  verify?(dataSource: DataSource, maxResultBytes: number): Promise<void>;
+  verify?(db: SqlDatabase, maxResultBytes: number): Promise<void>;
 
   /**
    * Runs the store's claim statements all on one connection (SQLite: the single one,
    * under its mutex, so the read after the claim sees its row). Absent: each statement
    * takes any pooled connection.
    */
-  claimSession?<T>(dataSource: DataSource, executor: SqlExecutor, claim: (run: RunStatement) => Promise<T>): Promise<T>;
+  claimSession?<T>(db: SqlDatabase, claim: (run: RunStatement) => Promise<T>): Promise<T>;
   /** How a claim statement's answer reads. */
   claimAnswer(key: string, request: ClaimRequest, result: SqlResult): ClaimAnswer;
   /** Whether a claim statement that failed did nothing and only needs to run again (InnoDB deadlock, lock wait timeout). */
   claimMayRetry(error: unknown): boolean;
   /**
    * The result to store for `key`: `result` itself or, for one the table or server can
-   * never take, the not-storable outcome standing for it (reported once). `query` runs on
-   * the caller's connection (inside a transaction). Absent: every result fits.
+   * never take, the not-storable outcome standing for it (reported once). `connection`:
+   * the caller's (inside a transaction). Absent: every result fits.
    */
   storableResult?(
-    dataSource: DataSource,
+    db: SqlDatabase,
     key: string,
     result: string,
     report: (event: IdempotencyEvent) => void,
-    query?: (sql: string, params: unknown[]) => Promise<unknown>,
+    connection?: SqlConnection,
   ): Promise<string>;
 
   /**
@@ -124,11 +123,11 @@ export interface SqlDialect extends RecordStatements {
    * or returns `{ ran: false }` when another one holds it. SQLite has one process: no lock.
    */
   withPurgeLock(
-    dataSource: DataSource,
-    purge: (lockHolder: QueryRunner | undefined) => Promise<number>,
+    db: SqlDatabase,
+    purge: (lockHolder: SqlConnection | undefined) => Promise<number>,
   ): Promise<{ ran: boolean; deleted: number }>;
   /** Before each purge batch on the lock holder. */
-  beforePurgeBatch?(lockHolder: QueryRunner): Promise<void>;
+  beforePurgeBatch?(lockHolder: SqlConnection): Promise<void>;
 
   /**
    * Why a whole idempotent transaction that failed with `error` may run again (InnoDB
@@ -136,7 +135,7 @@ export interface SqlDialect extends RecordStatements {
    */
   retriedTransaction?(error: unknown): string | undefined;
   /** Runs `open` (one transaction) when the single connection is free (SQLite), waiting at most `waitTimeout`. */
-  serializeTransactions?<T>(dataSource: DataSource, waitTimeout: number | undefined, open: () => Promise<T>): Promise<T>;
+  serializeTransactions?<T>(db: SqlDatabase, waitTimeout: number | undefined, open: () => Promise<T>): Promise<T>;
   /** The isolation level a (not nested) idempotent transaction starts with. */
   isolationOf(requested: IdempotentIsolationLevel | undefined): IdempotentIsolationLevel | undefined;
   /** The transaction's first step: take the record's row (owned), or find it settled or in flight. */

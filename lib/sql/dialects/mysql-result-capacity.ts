@@ -1,6 +1,7 @@
-import type { DataSource } from 'typeorm';
-import { IdempotencyConfigurationError } from '../../../core/errors.js';
-import type { IdempotencyEvent } from '../../../core/events.js';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import type { IdempotencyEvent } from '../../core/events.js';
+import type { SqlConnection, SqlDatabase } from '../port.js';
+import { plain } from '../statement.js';
 import { mysqlQuoted } from './mysql-statements.js';
 import { unstorableResult } from './record-row.js';
 import type { TableName } from './records-table.js';
@@ -38,35 +39,28 @@ export function worstStatementBytes(resultBytes: number): number {
   return 2 * resultBytes + STATEMENT_OVERHEAD_BYTES;
 }
 
-const capacities = new WeakMap<DataSource, Map<string, Promise<ResultCapacity>>>();
+const capacities = new WeakMap<object, Map<string, Promise<ResultCapacity>>>();
 /** The same, once read: a `complete` then checks its result without an async step. */
-const readCapacities = new WeakMap<DataSource, Map<string, ResultCapacity>>();
-
-/** Runs one query: the DataSource's (a pooled connection), or a transaction's own runner's. */
-export type CapacityQuery = (sql: string, params: unknown[]) => Promise<unknown>;
+const readCapacities = new WeakMap<object, Map<string, ResultCapacity>>();
 
 /**
- * The capacity of `table`, asked once per DataSource and table (a failed read is asked
- * again). Inside a transaction pass its runner's `query`: with every pooled connection
- * held by transactions that wait for this one's row lock, asking for another connection
- * would wait for ever.
+ * The capacity of `table`, asked once per database and table (a failed read is asked
+ * again). Inside a transaction pass its `connection`: with every pooled connection held
+ * by transactions that wait for this one's row lock, asking for another connection would
+ * wait for ever.
  */
-export function mysqlResultCapacityOf(
-  dataSource: DataSource,
-  table: TableName,
-  query: CapacityQuery = (sql, params) => dataSource.query(sql, params),
-): Promise<ResultCapacity> {
-  let byTable = capacities.get(dataSource);
-  if (!byTable) capacities.set(dataSource, (byTable = new Map()));
+export function mysqlResultCapacityOf(db: SqlDatabase, table: TableName, connection: SqlConnection = db): Promise<ResultCapacity> {
+  let byTable = capacities.get(db.identity);
+  if (!byTable) capacities.set(db.identity, (byTable = new Map()));
   let known = byTable.get(table.quoted);
   if (!known) {
-    const reading = readCapacity(query, table);
+    const reading = readCapacity(connection, table);
     known = reading;
     byTable.set(table.quoted, reading);
     reading.then(
       (capacity) => {
-        let read = readCapacities.get(dataSource);
-        if (!read) readCapacities.set(dataSource, (read = new Map()));
+        let read = readCapacities.get(db.identity);
+        if (!read) readCapacities.set(db.identity, (read = new Map()));
         read.set(table.quoted, capacity);
       },
       () => {
@@ -78,17 +72,18 @@ export function mysqlResultCapacityOf(
 }
 
 /** What `mysqlResultCapacityOf` read already, if it did. */
-export function knownMysqlResultCapacity(dataSource: DataSource, table: TableName): ResultCapacity | undefined {
-  return readCapacities.get(dataSource)?.get(table.quoted);
+export function knownMysqlResultCapacity(db: SqlDatabase, table: TableName): ResultCapacity | undefined {
+  return readCapacities.get(db.identity)?.get(table.quoted);
 }
 
 /** Forgets what was read (verify() reads again: the table may have been altered since). */
-export function forgetResultCapacity(dataSource: DataSource, table: TableName): void {
-  capacities.get(dataSource)?.delete(table.quoted);
-  readCapacities.get(dataSource)?.delete(table.quoted);
+export function forgetResultCapacity(db: SqlDatabase, table: TableName): void {
+  capacities.get(db.identity)?.delete(table.quoted);
+  readCapacities.get(db.identity)?.delete(table.quoted);
 }
 
-async function readCapacity(query: CapacityQuery, table: TableName): Promise<ResultCapacity> {
+async function readCapacity(connection: SqlConnection, table: TableName): Promise<ResultCapacity> {
+  const query = async (sql: string, params: unknown[]) => (await connection.run(plain(sql, params))).rows;
   const rows = (await query(
     `SELECT @@max_allowed_packet AS packet, c.COLUMN_NAME AS name, c.DATA_TYPE AS type, c.CHARACTER_OCTET_LENGTH AS octets, c.COLLATION_NAME AS collation
 FROM information_schema.COLUMNS c
@@ -130,17 +125,17 @@ export function unstorableResultReason(result: string, capacity: ResultCapacity)
  * `response_not_storable` event). Storing it would fail on every retry until the lease is
  * lost, and a statement over `max_allowed_packet` also makes the server close the
  * connection; the key completes instead, and a duplicate does not run the handler again.
- * The capacity is read once per table (`query`: see `mysqlResultCapacityOf`).
+ * The capacity is read once per table (`connection`: see `mysqlResultCapacityOf`).
  */
 export async function storableMysqlResult(
-  dataSource: DataSource,
+  db: SqlDatabase,
   table: TableName,
   key: string,
   result: string,
   report: (event: IdempotencyEvent) => void,
-  query?: CapacityQuery,
+  connection?: SqlConnection,
 ): Promise<string> {
-  const capacity = knownMysqlResultCapacity(dataSource, table) ?? (await mysqlResultCapacityOf(dataSource, table, query));
+  const capacity = knownMysqlResultCapacity(db, table) ?? (await mysqlResultCapacityOf(db, table, connection));
   const reason = unstorableResultReason(result, capacity);
   if (!reason) return result;
   report({ type: 'response_not_storable', key, at: Date.now(), durationMs: 0, reason });

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { QueryRunner } from 'typeorm';
-import { IdempotencyInFlightError } from '../../../core/errors.js';
+import { IdempotencyInFlightError } from '../../core/errors.js';
+import type { SqlDialect } from '../dialect.js';
 import { sqlStateOf } from '../failures.js';
+import type { SqlConnection } from '../port.js';
+import { plain } from '../statement.js';
 import { acquireByInsert, type GuardStatement, type InsertAcquireStatements } from './insert-acquire.js';
-import { withOwnConnection } from './lock-holder.js';
 import { flaggedClaimAnswer } from './record-row.js';
 import { probeSql, quotedRecordsTableDdl, RECORD_COLUMNS, type TableName } from './records-table.js';
-import type { SqlDialect } from './sql-dialect.js';
 
 /**
  * PostgreSQL. Expiry reads the database clock, so that every app host agrees on it
@@ -66,16 +66,14 @@ export function postgresDialect(table: TableName, prepared = true): SqlDialect {
     // A concurrent claimer committed between the statement's snapshot and its conflict check: look again.
     claimAnswer: (key, _request, result) => flaggedClaimAnswer(key, result, 'again'),
     claimMayRetry: () => false,
-    withPurgeLock: (dataSource, purge) =>
-      withOwnConnection(dataSource, async (runner) => {
-        const [{ locked }] = (await runner.query('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey])) as Array<{
-          locked: boolean;
-        }>;
-        if (!locked) return { ran: false, deleted: 0 };
+    withPurgeLock: (db, purge) =>
+      db.withConnection(async (connection) => {
+        const { rows } = await connection.run(plain('SELECT pg_try_advisory_lock($1::bigint) AS locked', [lockKey]));
+        if (rows[0]?.locked !== true) return { ran: false, deleted: 0 };
         try {
-          return { ran: true, deleted: await purge(runner) };
+          return { ran: true, deleted: await purge(connection) };
         } finally {
-          await runner.query('SELECT pg_advisory_unlock($1::bigint)', [lockKey]);
+          await connection.run(plain('SELECT pg_advisory_unlock($1::bigint)', [lockKey]));
         }
       }),
     isolationOf: (requested) => requested ?? 'READ COMMITTED',
@@ -145,19 +143,19 @@ WHERE "key" = $1`,
  * isolation levels) to a restart.
  */
 const guardRecordStatement: GuardStatement = async (step, fn) => {
-  const { runner, waitTimeout, nested } = step;
+  const { connection, waitTimeout, nested } = step;
   // A savepoint keeps a failed insert from aborting the caller's outer transaction, and
   // rolling back to it also reverts the lock_timeout set after it.
-  if (nested) await runner.query('SAVEPOINT nestjs_idempotency_acquire');
+  if (nested) await connection.run(plain('SAVEPOINT nestjs_idempotency_acquire'));
   try {
     let previous: string | undefined;
-    if (waitTimeout !== undefined) previous = await setLockTimeout(runner, waitTimeout);
+    if (waitTimeout !== undefined) previous = await setLockTimeout(connection, waitTimeout);
     const result = await fn();
-    if (previous !== undefined) await runner.query(`SELECT set_config('lock_timeout', $1, true)`, [previous]);
-    if (nested) await runner.query('RELEASE SAVEPOINT nestjs_idempotency_acquire');
+    if (previous !== undefined) await connection.run(plain(`SELECT set_config('lock_timeout', $1, true)`, [previous]));
+    if (nested) await connection.run(plain('RELEASE SAVEPOINT nestjs_idempotency_acquire'));
     return result;
   } catch (error) {
-    if (nested) await runner.query('ROLLBACK TO SAVEPOINT nestjs_idempotency_acquire');
+    if (nested) await connection.run(plain('ROLLBACK TO SAVEPOINT nestjs_idempotency_acquire'));
     const code = sqlStateOf(error);
     if (code === '55P03') throw new IdempotencyInFlightError(waitTimeout ?? 1_000);
     if ((code === '40001' || code === '40P01') && !nested) return 'restart';
@@ -166,11 +164,13 @@ const guardRecordStatement: GuardStatement = async (step, fn) => {
 };
 
 /** Sets the transaction's `lock_timeout` to `waitTimeout` ms; returns the previous one. */
-async function setLockTimeout(runner: QueryRunner, waitTimeout: number): Promise<string> {
-  const rows = (await runner.query(`SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $1, true)`, [
-    `${Math.max(1, Math.ceil(waitTimeout))}ms`,
-  ])) as Array<{ previous: string }>;
-  return rows[0].previous;
+async function setLockTimeout(connection: SqlConnection, waitTimeout: number): Promise<string> {
+  const { rows } = await connection.run(
+    plain(`SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $1, true)`, [
+      `${Math.max(1, Math.ceil(waitTimeout))}ms`,
+    ]),
+  );
+  return String(rows[0].previous);
 }
 
 /** A stable 64-bit advisory lock key per table (the same on every instance). */

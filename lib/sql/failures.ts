@@ -1,5 +1,13 @@
-import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { IdempotencyConfigurationError } from '../core/errors.js';
 import { nameOf, type TableName } from './dialects/records-table.js';
+
+/** How an entry point tells its users to create the records table, or replace a foreign one (the hints of `configurationErrorOf`). */
+export interface TableFixes {
+  /** The hint for a missing table, given its name as the user writes it. */
+  missingTable(name: string): string;
+  /** The hint for a table that lacks a column the store needs. */
+  readonly missingColumn: string;
+}
 
 /**
  * The SQLSTATE of a failed statement: node-postgres puts it on the error itself,
@@ -111,21 +119,20 @@ export function isConnectionLoss(error: unknown): boolean {
  * a column of it, does not exist), or `undefined` when the failure is not one: retrying
  * never helps with a missing table, so it must not read as an outage.
  */
-export function configurationErrorOf(error: unknown, table: TableName): IdempotencyConfigurationError | undefined {
+export function configurationErrorOf(error: unknown, table: TableName, fixes: TableFixes): IdempotencyConfigurationError | undefined {
   let problem: IdempotencyConfigurationError | undefined;
   if (isMissingTableError(error)) {
     problem = new IdempotencyConfigurationError(
       `The idempotency records table ${table.quoted} does not exist.`,
-      `Create it before the application serves requests: run the CreateIdempotencyRecords1700000000000 migration ` +
-        `(createIdempotencyRecordsMigration('${nameOf(table)}') for this name), call store.ensureTable() at startup, ` +
-        `or register IdempotencyRecordEntity (createIdempotencyRecordEntity('${nameOf(table)}')) in the DataSource's entities with synchronize.`,
-      { cause: error },
+      fixes.missingTable(nameOf(table)),
+      {
+        cause: error,
+      },
     );
   } else if (isMissingColumnError(error)) {
     problem = new IdempotencyConfigurationError(
       `The idempotency records table ${table.quoted} lacks a column the store needs (${messagesOf(error)[0] ?? 'undefined column'}).`,
-      `It was not created by this library: drop or rename it and create it with the CreateIdempotencyRecords1700000000000 migration, ` +
-        `store.ensureTable() or IdempotencyRecordEntity, or point the store's tableName option at another table.`,
+      fixes.missingColumn,
       { cause: error },
     );
   }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { liveRowAcquisition } from './record-row.js';
-import { MAX_ACQUIRE_ROUNDS, type AcquireStep, type Acquisition, type RecordStatements } from './sql-dialect.js';
-import type { Statement } from './statement.js';
+import { MAX_ACQUIRE_ROUNDS, type AcquireStep, type Acquisition, type RecordStatements } from '../dialect.js';
+import type { Statement } from '../statement.js';
 
 /** The statements of an acquisition by insert (PostgreSQL, SQLite). */
 export interface InsertAcquireStatements extends RecordStatements {
@@ -23,22 +23,20 @@ export type GuardStatement = <R>(step: AcquireStep, fn: () => Promise<R>) => Pro
  * either inserts (the first rolled back) or sees the committed record.
  */
 export async function acquireByInsert(sql: InsertAcquireStatements, guard: GuardStatement, step: AcquireStep): Promise<Acquisition> {
-  const { runner, executor, request } = step;
+  const { connection, request } = step;
   const token = randomUUID();
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
-    const inserted = await guard(step, () =>
-      executor.runOn(runner, sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)),
-    );
+    const inserted = await guard(step, () => connection.run(sql.insertIfAbsent(request.key, token, request.ttl, request.fingerprint)));
     if (inserted === 'restart') return { kind: 'restart' };
     if (inserted.rows.length > 0) return { kind: 'owned' };
-    const { rows } = await executor.runOn(runner, sql.readAny(request.key));
+    const { rows } = await connection.run(sql.readAny(request.key));
     if (rows.length === 0) continue; // deleted in between: insert again
     const row = rows[0];
-    const dead = row.dead === true || row.dead === 1;
+    const dead = row.dead === true || Number(row.dead) === 1;
     if (dead) {
       // A dead lease or an expired result: take it over. The row lock makes concurrent
       // takers wait for this transaction and then find the row alive.
-      const taken = await guard(step, () => executor.runOn(runner, sql.takeOver(request.key, token, request.ttl, request.fingerprint)));
+      const taken = await guard(step, () => connection.run(sql.takeOver(request.key, token, request.ttl, request.fingerprint)));
       if (taken === 'restart') return { kind: 'restart' };
       if (taken.rows.length > 0) return { kind: 'owned' };
       continue;
