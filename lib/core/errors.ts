@@ -16,6 +16,7 @@ export const IdempotencyErrorCode = {
   TokenInvalid: 'IDEMPOTENCY_TOKEN_INVALID',
   LockNotAcquired: 'IDEMPOTENCY_LOCK_NOT_ACQUIRED',
   LockLost: 'IDEMPOTENCY_LOCK_LOST',
+  LeaseLost: 'IDEMPOTENCY_LEASE_LOST',
   OptimisticLock: 'IDEMPOTENCY_OPTIMISTIC_LOCK',
   IllegalTransition: 'IDEMPOTENCY_ILLEGAL_TRANSITION',
 } as const;

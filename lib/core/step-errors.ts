@@ -11,7 +11,7 @@ export class IdempotencyLeaseLostError extends IdempotencyError {
 
   constructor(step: string) {
     super(
-      IdempotencyErrorCode.LockLost,
+      IdempotencyErrorCode.LeaseLost,
       409,
       `The idempotency lease of this execution was taken over by another worker: step '${step}' was not recorded.`,
       'Stop this attempt: the worker that owns the key now runs the missing steps. Raise leaseTtl above the longest step if this happens without a pause or crash.',

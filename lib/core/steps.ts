@@ -4,6 +4,7 @@ import { sha256 } from './hash.js';
 import { listenedTypesOf } from './listened-types.js';
 import { decodeValue, deserializeOutcome, serializeOutcome, valueOutcome } from './outcome.js';
 import { currentSlot, type StepHost, type StepLedger } from './step-context.js';
+import { runInStep } from './step-call.js';
 import { IdempotencyLeaseLostError } from './step-errors.js';
 import { supportsSteps, type IdempotencyStepStore } from './store.js';
 
@@ -88,7 +89,9 @@ async function runStep<T>(
     emitStep(host, 'step_replayed', name, Date.now() - loadStartedAt);
     return decodeStep(recorded) as T;
   }
-  const value = await run(stepKeyOf(host, name));
+  const key = stepKeyOf(host, name);
+  // The outgoing client reads the step it runs in (its first call sends the step's key).
+  const value = await runInStep(host, name, key, () => run(key));
   const result = encodeStep(name, value, host.policy.maxResponseBytes);
   // A zombie stops here: its lease was taken over while the step ran.
   if (host.isLost || host.isSettled) throw new IdempotencyLeaseLostError(name);

@@ -17,9 +17,12 @@ export {
 export type { IdempotentIsolationLevel, TransactionTuning } from './store/transaction.js';
 export { getIdempotentEntityManager, findIdempotentEntityManager } from './store/transaction-context.js';
 export { IdempotencyRecordEntity, createIdempotencyRecordEntity, type IdempotencyRecordEntityClass } from './store/record.entity.js';
+export { IdempotencyStepEntity, createIdempotencyStepEntity, type IdempotencyStepRow } from './store/step.entity.js';
 export {
   CreateIdempotencyRecords1700000000000,
   createIdempotencyRecordsMigration,
+  AddIdempotencySteps1720000000000,
+  createIdempotencyStepsMigration,
   type IdempotencyRecordsMigrationOptions,
 } from './store/migration.js';
 export { recordsTableDdl } from './store/dialects/registry.js';
