@@ -34,6 +34,6 @@ case "$version" in 11.*) ;; *) echo "expected NestJS 11 in child processes, got 
 # integrations); stores and protocol suites do not depend on the Nest major and run
 # once, in `npm test`.
 if [ "$#" -eq 0 ]; then
-  set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app test/integrations test/graphql
+  set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app test/integrations test/graphql test/openapi
 fi
 npx jest -c jest.nest11.config.js "$@"
