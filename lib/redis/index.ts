@@ -21,5 +21,6 @@ export {
   type RecommendedNodeRedisOptions,
   type RecommendedNodeRedisClusterOptions,
   type RecommendedNodeRedisSocketOptions,
+  type RecommendedNodeRedisOptionsInput,
 } from './recommended-node-redis-options.js';
 export type { NodeRedisClientLike } from './node-redis-client.js';

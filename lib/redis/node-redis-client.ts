@@ -3,7 +3,7 @@ import { NodeRedisTrackingConnection, type NodeRedisConnection } from './node-re
 
 /** The keys and arguments of a node-redis `EVAL` / `EVALSHA` call. */
 interface NodeRedisEvalOptions {
-  keys?: string | string[];
+  keys?: string[];
   arguments?: string[];
 }
 
@@ -21,8 +21,8 @@ export interface NodeRedisClientLike {
   eval(script: string, options?: NodeRedisEvalOptions): Promise<unknown>;
   evalSha(sha1: string, options?: NodeRedisEvalOptions): Promise<unknown>;
   ping(): Promise<unknown>;
-  on(event: string, listener: (...args: never[]) => void): unknown;
-  removeListener(event: string, listener: (...args: never[]) => void): unknown;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  removeListener(event: string, listener: (...args: unknown[]) => void): unknown;
   /** node-redis's client options; `keyPrefix` (node-redis 6) is read for the near cache. */
   readonly options?: unknown;
   /** A standalone client's new connection with the same settings (for the near cache). */
@@ -110,23 +110,23 @@ export function adaptNodeRedis<T>(client: T): Exclude<T, NodeRedisClientLike> | 
 
 /** `numkeys, ...keysThenArguments` (ioredis's order) as node-redis's options; strings only. */
 function evalOptions(numkeys: number, args: (string | number)[]): NodeRedisEvalOptions {
-  // Every script of this package touches one key: no array for it.
+  // Every script of this package touches one key.
   if (numkeys === 1) {
     const rest: string[] = new Array<string>(args.length - 1);
     for (let i = 1; i < args.length; i++) rest[i - 1] = String(args[i]);
-    return { keys: String(args[0]), arguments: rest };
+    return { keys: [String(args[0])], arguments: rest };
   }
   const strings = args.map(String);
   return { keys: strings.slice(0, numkeys), arguments: strings.slice(numkeys) };
 }
 
 /**
- * node-redis rejects a command past its `commandOptions.timeout` with a `TimeoutError`
- * whose message is empty: give it one, so that logs and 503 bodies say what happened.
+ * node-redis rejects a command not yet written within its `commandOptions.timeout` with
+ * a `TimeoutError` whose message is empty: give it one, so that logs say what happened.
  */
 function explainTimeout(error: unknown): never {
   if (error instanceof Error && error.constructor.name === 'TimeoutError' && error.message === '') {
-    error.message = 'node-redis: the command timed out (its commandOptions.timeout)';
+    error.message = 'node-redis: the command was not sent within its commandOptions.timeout';
   }
   throw error;
 }

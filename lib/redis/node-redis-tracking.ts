@@ -11,7 +11,7 @@ export interface NodeRedisConnection {
   close?(): Promise<unknown>;
   quit?(): Promise<unknown>;
   destroy(): void;
-  on(event: string, listener: (...args: never[]) => void): unknown;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
 }
 
 /**
@@ -28,7 +28,7 @@ export class NodeRedisTrackingConnection extends EventEmitter implements Trackin
   constructor(private readonly client: NodeRedisConnection) {
     super();
     client.on('ready', () => this.emit('ready'));
-    client.on('error', (error: never) => {
+    client.on('error', (error: unknown) => {
       this.emit('error', error);
       // Not open after an error: its reconnectStrategy (false) gave up on it.
       if (!client.isOpen) this.end();

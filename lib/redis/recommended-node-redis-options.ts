@@ -1,5 +1,4 @@
 import { checkWholeNumber } from '../core/options.js';
-import type { RecommendedRedisOptionsInput } from './recommended-options.js';
 
 /** node-redis's socket options that `recommendedNodeRedisOptions()` sets. */
 export interface RecommendedNodeRedisSocketOptions {
@@ -11,7 +10,14 @@ export interface RecommendedNodeRedisSocketOptions {
 export interface RecommendedNodeRedisOptions {
   disableOfflineQueue: boolean;
   socket: RecommendedNodeRedisSocketOptions;
-  commandOptions: { timeout: number };
+}
+
+/** What `recommendedNodeRedisOptions` may be told: the bounds to use. */
+export interface RecommendedNodeRedisOptionsInput {
+  /** Longest wait for a TCP connection, ms (node-redis `socket.connectTimeout`). @default 2000 */
+  connectTimeout?: number;
+  /** Longest pause between two reconnection attempts, ms. @default 1000 */
+  maxReconnectDelay?: number;
 }
 
 /**
@@ -19,12 +25,14 @@ export interface RecommendedNodeRedisOptions {
  * merge your own `socket` settings into `socket`):
  * - `disableOfflineQueue: true`: while disconnected, commands reject at once instead of
  *   queueing (a queued claim would run minutes later and lock its key for nobody).
- * - `commandOptions.timeout`: a hung or partitioned server fails the command instead of
- *   the request hanging (node-redis 6 has 5 s by default, node-redis 5 none).
  * - `socket.connectTimeout`: a dead address is noticed quickly.
  * - `socket.reconnectStrategy`: reconnect forever with a capped backoff, so the client
  *   heals by itself when Redis returns (node-redis 6's default gives up after a socket
  *   timeout).
+ *
+ * No command timeout: node-redis's `commandOptions.timeout` only counts until a command
+ * is written to the socket, so it never ends the wait for a hung server's reply. The
+ * store's own `timeout` (2 s by default) bounds every call instead.
  *
  * With `disableOfflineQueue` the client refuses every command until it is ready.
  * `IdempotencyModule` waits for it during `app.init()` (`RedisIdempotencyStore`'s
@@ -34,9 +42,8 @@ export interface RecommendedNodeRedisOptions {
  * @example
  * const redis = createClient({ url: 'redis://redis:6379', ...recommendedNodeRedisOptions() });
  */
-export function recommendedNodeRedisOptions(input: RecommendedRedisOptionsInput = {}): RecommendedNodeRedisOptions {
+export function recommendedNodeRedisOptions(input: RecommendedNodeRedisOptionsInput = {}): RecommendedNodeRedisOptions {
   const owner = 'recommendedNodeRedisOptions';
-  checkWholeNumber(owner, 'commandTimeout', input.commandTimeout, { unit: 'ms', example: '1_000' });
   checkWholeNumber(owner, 'connectTimeout', input.connectTimeout, { unit: 'ms', example: '2_000' });
   checkWholeNumber(owner, 'maxReconnectDelay', input.maxReconnectDelay, { unit: 'ms', example: '1_000' });
   const maxReconnectDelay = input.maxReconnectDelay ?? 1_000;
@@ -46,26 +53,22 @@ export function recommendedNodeRedisOptions(input: RecommendedRedisOptionsInput 
       connectTimeout: input.connectTimeout ?? 2_000,
       reconnectStrategy: (retries) => Math.min((retries + 1) * 100, maxReconnectDelay),
     },
-    commandOptions: { timeout: input.commandTimeout ?? 1_000 },
   };
 }
 
 /** The `createCluster()` counterpart of `RecommendedNodeRedisOptions`. */
 export interface RecommendedNodeRedisClusterOptions {
-  defaults: { disableOfflineQueue: boolean; socket: RecommendedNodeRedisSocketOptions };
-  commandOptions: { timeout: number };
+  defaults: RecommendedNodeRedisOptions;
 }
 
 /**
- * `recommendedNodeRedisOptions()` for a node-redis Cluster: the connection settings under
- * `defaults` (every node's connection), the command timeout at the top, where
- * `createCluster()` expects them. Merge your own node defaults (a password, TLS) into
- * `defaults`.
+ * `recommendedNodeRedisOptions()` for a node-redis Cluster: the same settings under
+ * `defaults`, which applies them to the connection of every node. Merge your own node
+ * defaults (a password, TLS) into `defaults`.
  *
  * @example
  * const cluster = createCluster({ rootNodes: [{ url: 'redis://redis-0:6379' }], ...recommendedNodeRedisClusterOptions() });
  */
-export function recommendedNodeRedisClusterOptions(input: RecommendedRedisOptionsInput = {}): RecommendedNodeRedisClusterOptions {
-  const { commandOptions, ...defaults } = recommendedNodeRedisOptions(input);
-  return { defaults, commandOptions };
+export function recommendedNodeRedisClusterOptions(input: RecommendedNodeRedisOptionsInput = {}): RecommendedNodeRedisClusterOptions {
+  return { defaults: recommendedNodeRedisOptions(input) };
 }

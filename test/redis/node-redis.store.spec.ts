@@ -57,8 +57,8 @@ describe('RedisIdempotencyStore on node-redis', () => {
     const store = new RedisIdempotencyStore(client, { prefix: prefix() });
     // Not connected: any command sent would reject with ClientClosedError, not a configuration error.
     await expect(store.claim('k', { token: 't', leaseTtl: 1.5 })).rejects.toThrow(IdempotencyConfigurationError);
-    expect(() => recommendedNodeRedisOptions({ commandTimeout: 0.5 })).toThrow(
-      /recommendedNodeRedisOptions: commandTimeout must be a whole number/,
+    expect(() => recommendedNodeRedisOptions({ connectTimeout: 0.5 })).toThrow(
+      /recommendedNodeRedisOptions: connectTimeout must be a whole number/,
     );
   });
 });
