@@ -2,7 +2,12 @@ import { Injectable, Module, type INestApplicationContext } from '@nestjs/common
 import { NestFactory } from '@nestjs/core';
 import { Column, Entity, PrimaryGeneratedColumn, type DataSource } from 'typeorm';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore, getIdempotentEntityManager } from '../../lib/typeorm/index.js';
+import {
+  IdempotencyRecordEntity,
+  IdempotencyStepEntity,
+  TypeOrmIdempotencyStore,
+  getIdempotentEntityManager,
+} from '../../lib/typeorm/index.js';
 import { createSqljsDataSource } from '../typeorm/support.js';
 
 /**
@@ -39,7 +44,7 @@ describe('@Idempotent({ key, transactional: true }) on a provider method (TypeOR
   const postings = (refundId: string) => dataSource.getRepository(Posting).countBy({ refundId });
 
   beforeAll(async () => {
-    dataSource = await createSqljsDataSource({ entities: [IdempotencyRecordEntity, Posting] });
+    dataSource = await createSqljsDataSource({ entities: [IdempotencyRecordEntity, IdempotencyStepEntity, Posting] });
     @Module({
       imports: [IdempotencyModule.forRoot({ logger: false, store: new TypeOrmIdempotencyStore(dataSource) })],
       providers: [LedgerService],

@@ -16,7 +16,12 @@ import { catchError, map, throwError, type Observable } from 'rxjs';
 import request from 'supertest';
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import { Idempotent, IdempotencyModule } from '../../lib/index.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore, getIdempotentEntityManager } from '../../lib/typeorm/index.js';
+import {
+  IdempotencyRecordEntity,
+  IdempotencyStepEntity,
+  TypeOrmIdempotencyStore,
+  getIdempotentEntityManager,
+} from '../../lib/typeorm/index.js';
 import { RecordingStore } from '../fuzz/recording-store.js';
 import { createPgDataSource } from '../typeorm/support.js';
 
@@ -152,7 +157,7 @@ describe('transactional: true under the outermost layer (TypeORM, PostgreSQL)', 
   let app: INestApplication;
   let database: Awaited<ReturnType<typeof createPgDataSource>>;
   beforeAll(async () => {
-    database = await createPgDataSource({ entities: [IdempotencyRecordEntity, Posting] });
+    database = await createPgDataSource({ entities: [IdempotencyRecordEntity, IdempotencyStepEntity, Posting] });
     @Module({
       imports: [IdempotencyModule.forRoot({ store: new TypeOrmIdempotencyStore(database.dataSource), logger: false })],
       controllers: [PostingsController],
