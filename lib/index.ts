@@ -8,7 +8,14 @@
 // Nest integration.
 export { Idempotent } from './nest/idempotent.decorator.js';
 export { IdempotencyModule } from './nest/idempotency.module.js';
-export { IdempotencyService, type RunOptions, type RecordLocator, type StoredResponse } from './nest/idempotency.service.js';
+export {
+  IdempotencyService,
+  type RunOptions,
+  type RecordLocator,
+  type StoredResponse,
+  type InspectedRecord,
+  type InspectedCompletedRecord,
+} from './nest/idempotency.service.js';
 export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
 export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
 export type { IdempotentOptions } from './nest/idempotency.options.js';
