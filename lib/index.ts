@@ -1,7 +1,7 @@
 /**
  * `nestjs-idempotency`: the decorator, the module and what a user writes against them.
  * Features beside the decorator have entry points of their own: `/redis`, `/typeorm`,
- * `/tokens`, `/locks`, `/state-machine`, `/testing`, `/prometheus`, `/opentelemetry`,
+ * `/tokens`, `/locks`, `/state-machine`, `/client`, `/testing`, `/prometheus`, `/opentelemetry`,
  * `/terminus` (see docs/api.md). Every name here is a semver promise.
  */
 
