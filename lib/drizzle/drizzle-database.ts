@@ -1,0 +1,198 @@
+import { IdempotencyConfigurationError } from '../core/errors.js';
+import { isConnectionLoss } from '../sql/failures.js';
+import type { IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
+import type { SqlResult, Statement } from '../sql/statement.js';
+import {
+  drizzleDriverOf,
+  isDrizzleDatabase,
+  isDrizzleTransaction,
+  pgClientsOf,
+  type DrizzleDriver,
+  type MysqlQueryable,
+  type PgEventSource,
+  type PgPool,
+  type PgQueryable,
+} from './drizzle-internals.js';
+import { runMysqlStatement, runPgStatement } from './statement-runners.js';
+
+/** A Drizzle database as the store sees it: something with `transaction(fn, config)`. */
+export interface DrizzleDatabaseLike {
+  transaction(fn: (tx: never) => Promise<unknown>, config?: never): Promise<unknown>;
+}
+
+/** The transaction the record logic runs in, and the Drizzle transaction (`tx`) the work gets. */
+export class DrizzleSqlTransaction implements SqlTransaction {
+  connectionLost = false;
+
+  constructor(
+    /** The Drizzle transaction object the callback of `db.transaction()` received. */
+    readonly drizzle: unknown,
+    private readonly runOn: (statement: Statement) => Promise<SqlResult>,
+  ) {}
+
+  run(statement: Statement): Promise<SqlResult> {
+    return this.runOn(statement);
+  }
+}
+
+/**
+ * The port (`sql/port.ts`) on a Drizzle database over node-postgres or mysql2: the store's
+ * statements go to the driver's pool (or, in a transaction, to the transaction's own
+ * connection), and the transaction is Drizzle's own `db.transaction()`, so the work gets a
+ * real Drizzle `tx` with the user's schema and the record commits with it.
+ */
+export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
+  readonly dialect: 'postgres' | 'mysql';
+
+  private constructor(
+    readonly identity: DrizzleDatabaseLike,
+    private readonly driver: DrizzleDriver,
+  ) {
+    this.dialect = driver.dialect;
+    if (driver.dialect === 'postgres' && driver.pool) guardPgClientErrors(driver.pool);
+  }
+
+  /** The port of `db`; refuses anything but a Drizzle database on node-postgres or mysql2. */
+  static of(db: unknown, owner: string): DrizzleSqlDatabase {
+    const known = cache.get(db as object);
+    if (known) return known;
+    if (isDrizzleTransaction(db)) {
+      throw new IdempotencyConfigurationError(
+        `${owner} was given a Drizzle transaction (tx) instead of the database.`,
+        'Pass the database made by drizzle(...): the idempotent transaction opens its own transaction, and the writes that must commit with the record go in its callback, through the tx it receives.',
+      );
+    }
+    const driver = drizzleDriverOf(db);
+    if (!driver) {
+      throw new IdempotencyConfigurationError(
+        isDrizzleDatabase(db)
+          ? `${owner} does not support this Drizzle driver.`
+          : `${owner} needs a Drizzle database, got ${db === null ? 'null' : typeof db}.`,
+        "Use drizzle-orm on node-postgres (import { drizzle } from 'drizzle-orm/node-postgres') or on mysql2 (import { drizzle } from 'drizzle-orm/mysql2'), made on a pool; for other databases use the Redis store.",
+      );
+    }
+    const database = new DrizzleSqlDatabase(db as DrizzleDatabaseLike, driver);
+    cache.set(db as object, database);
+    return database;
+  }
+
+  run(statement: Statement): Promise<SqlResult> {
+    return this.runOnClient(this.driver.client, statement);
+  }
+
+  async withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
+    const driver = this.driver;
+    // A database made on one client (not a pool): that client is the connection.
+    if (!driver.pool) return fn({ run: (statement) => this.run(statement) });
+    if (driver.dialect === 'postgres') {
+      const client = await driver.pool.connect();
+      let lost: Error | undefined;
+      try {
+        return await fn({ run: (statement) => runPgStatement(client, statement) });
+      } catch (error) {
+        if (isConnectionLoss(error)) lost = error as Error;
+        throw error;
+      } finally {
+        // A client whose session is gone (or unknown) never goes back to the pool.
+        client.release(lost);
+      }
+    }
+    const connection = await driver.pool.getConnection();
+    let lost = false;
+    try {
+      return await fn({ run: (statement) => runMysqlStatement(connection, statement) });
+    } catch (error) {
+      lost = isConnectionLoss(error);
+      throw error;
+    } finally {
+      if (lost) connection.destroy();
+      else connection.release();
+    }
+  }
+
+  /**
+   * Drizzle's `db.transaction(fn, { isolationLevel })`. When `fn` fails and drizzle's
+   * rollback fails too, drizzle throws the rollback's error in place of `fn`'s: `fn`'s is
+   * rethrown instead, and a rollback that failed for a lost connection marks the
+   * transaction's connection as lost.
+   */
+  async transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: DrizzleSqlTransaction) => Promise<T>): Promise<T> {
+    const config = isolation ? { isolationLevel: isolation.toLowerCase() } : undefined;
+    let tx: DrizzleSqlTransaction | undefined;
+    let failed: { error: unknown } | undefined;
+    const open = this.identity.transaction as (fn: (tx: unknown) => Promise<T>, config?: unknown) => Promise<T>;
+    try {
+      return await open.call(
+        this.identity,
+        async (drizzleTx) => {
+          const connection = drizzleDriverOf(drizzleTx)?.client;
+          if (!connection) throw new Error('The Drizzle transaction has no driver connection (drizzle-orm changed its internals).');
+          tx = new DrizzleSqlTransaction(drizzleTx, (statement) => this.runOnClient(connection, statement));
+          try {
+            return await fn(tx);
+          } catch (error) {
+            failed = { error };
+            throw error;
+          }
+        },
+        config,
+      );
+    } catch (error) {
+      if (failed && error !== failed.error) {
+        if (tx && isConnectionLoss(error)) tx.connectionLost = true;
+        throw failed.error;
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * This database as seen from inside `outer`, an open Drizzle transaction on it: statements
+   * run on the transaction's connection and a transaction is a savepoint of it (drizzle's
+   * nested `tx.transaction()`), so a nested idempotent transaction commits or rolls back
+   * with the outer one.
+   */
+  joined(outer: unknown): SqlDatabase<DrizzleSqlTransaction> {
+    const connection = drizzleDriverOf(outer)?.client;
+    if (!connection) throw new Error('The Drizzle transaction has no driver connection (drizzle-orm changed its internals).');
+    const run = (statement: Statement) => this.runOnClient(connection, statement);
+    const savepoint = (outer as DrizzleDatabaseLike).transaction as (fn: (tx: unknown) => Promise<unknown>) => Promise<unknown>;
+    return {
+      identity: this.identity,
+      run,
+      withConnection: (fn) => fn({ run }),
+      transaction: <T>(_isolation: IdempotentIsolationLevel | undefined, fn: (tx: DrizzleSqlTransaction) => Promise<T>) =>
+        savepoint.call(outer, (inner) => fn(new DrizzleSqlTransaction(inner, run))) as Promise<T>,
+    };
+  }
+
+  private runOnClient(client: PgQueryable | MysqlQueryable, statement: Statement): Promise<SqlResult> {
+    return this.driver.dialect === 'postgres'
+      ? runPgStatement(client as PgQueryable, statement)
+      : runMysqlStatement(client as MysqlQueryable, statement);
+  }
+}
+
+const cache = new WeakMap<object, DrizzleSqlDatabase>();
+
+/**
+ * node-postgres reports a connection the server dropped (`pg_terminate_backend`, a
+ * failover) as an 'error' event on the client; a checked-out client has no listener of
+ * the pool's, so the event would kill the process (the reliability harness found it with
+ * TypeORM). The query in flight rejects by itself and the pool discards the broken
+ * client on release, so a listener that ignores the event is all that is needed.
+ */
+function guardPgClientErrors(pool: PgPool): void {
+  if (guardedPools.has(pool)) return;
+  guardedPools.add(pool);
+  for (const client of pgClientsOf(pool)) guardClient(client);
+  pool.on('connect', guardClient);
+}
+
+const guardedPools = new WeakSet<PgPool>();
+
+function guardClient(client: PgEventSource): void {
+  if (!client.listeners('error').includes(ignoreClientError)) client.on('error', ignoreClientError);
+}
+
+function ignoreClientError(): void {}
