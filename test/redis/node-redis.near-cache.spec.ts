@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { createClient, type RedisClientOptions } from 'redis';
+import { createClient, type RedisClientOptions, type RespVersions } from 'redis';
 import { RedisIdempotencyStore, recommendedNodeRedisOptions, type RedisIdempotencyStoreOptions } from '../../lib/redis/index.js';
 import { describeStoreContract } from '../../lib/testing/store-contract.js';
 import { startRedisServer, type RedisServerHandle } from '../support/redis-servers.js';
@@ -29,7 +29,7 @@ const trackingClientId = (store: RedisIdempotencyStore) =>
 
 type NodeRedis = ReturnType<typeof createClient>;
 
-async function connected(options: RedisClientOptions = {}): Promise<NodeRedis> {
+async function connected(options: Omit<RedisClientOptions, 'RESP'> & { RESP?: RespVersions } = {}): Promise<NodeRedis> {
   const client = createClient({ url, ...recommendedNodeRedisOptions(), ...options }) as NodeRedis;
   client.on('error', () => undefined);
   await client.connect();
