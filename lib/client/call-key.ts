@@ -17,12 +17,14 @@ const callsOutsideSteps = new WeakMap<StepHost, number>();
  * - outside any execution, a UUID v4.
  */
 export function callKey(): string {
+  const host = currentSlot()?.host;
   const inStep = currentStepCall();
-  if (inStep) {
+  // Only a step of the innermost execution: a nested execution (a makeIdempotent function
+  // called in an outer step) keys its calls itself, as it would anywhere else.
+  if (inStep && inStep.host === host) {
     const order = ++inStep.calls;
     return order === 1 ? inStep.key : derived('step-call', inStep.key, order);
   }
-  const host = currentSlot()?.host;
   if (!host) return randomUUID();
   const order = (callsOutsideSteps.get(host) ?? 0) + 1;
   callsOutsideSteps.set(host, order);

@@ -60,8 +60,10 @@ async function idempotentCall(
   input: string | URL | Request,
   init?: RequestInit,
 ): Promise<Response> {
+  // Read before anything touches the input: a Request's body can be used once, and a
+  // call this client does not handle must reach fetch as the caller made it.
+  if (!policy.methods.has(methodOf(input, init))) return send(input, init);
   const template = new Request(input, init);
-  if (!policy.methods.has(template.method)) return send(input, init);
   const retried = policy.maxAttempts > 1;
   if (retried && isStream(init?.body)) {
     throw new IdempotencyConfigurationError(
@@ -77,19 +79,26 @@ async function idempotentCall(
 
   for (let attempt = 1; ; attempt++) {
     callerSignal?.throwIfAborted();
-    const timeout = policy.timeout === undefined ? undefined : AbortSignal.timeout(policy.timeout);
-    const signal = timeout && callerSignal ? AbortSignal.any([callerSignal, timeout]) : (timeout ?? callerSignal);
+    // Not AbortSignal.timeout(): it cannot be cleared, and would abort the body of the
+    // answer returned while the caller reads it (see `timeout`).
+    const timeout = policy.timeout === undefined ? undefined : new AbortController();
+    const timer = timeout && setTimeout(() => timeout.abort(timedOut()), policy.timeout);
+    const signal = timeout && callerSignal ? AbortSignal.any([callerSignal, timeout.signal]) : (timeout?.signal ?? callerSignal);
     let reason: RetryReason;
     let response: Response | undefined;
     let error: unknown;
     try {
-      response = await send(new Request(template, { headers, body, signal }));
+      try {
+        response = await send(new Request(template, { headers, body, signal }));
+      } finally {
+        clearTimeout(timer);
+      }
       if (attempt === policy.maxAttempts || !policy.retries({ attempt, reason: 'status', status: response.status })) return response;
       reason = 'status';
     } catch (thrown) {
       if (callerSignal?.aborted) throw callerSignal.reason;
       error = thrown;
-      reason = timeout?.aborted ? 'timeout' : 'network';
+      reason = timeout?.signal.aborted ? 'timeout' : 'network';
       if (attempt === policy.maxAttempts || !policy.retries({ attempt, reason, error })) throw thrown;
     }
     const delayMs = delayBefore(policy, attempt, response?.headers.get('retry-after') ?? null);
@@ -99,6 +108,17 @@ async function idempotentCall(
     policy.onRetry?.({ attempt, key, reason, status: response?.status, error, delayMs });
     await waitUnlessAborted(delayMs, callerSignal);
   }
+}
+
+/** The call's method as fetch sends it, upper-cased for the comparison with `methods`. */
+function methodOf(input: string | URL | Request, init: RequestInit | undefined): string {
+  const method = init?.method ?? (typeof input === 'object' && !(input instanceof URL) ? input.method : undefined) ?? 'GET';
+  return method.toUpperCase();
+}
+
+/** What `AbortSignal.timeout()` aborts with. */
+function timedOut(): DOMException {
+  return new DOMException('The operation was aborted due to timeout', 'TimeoutError');
 }
 
 function isStream(body: unknown): boolean {

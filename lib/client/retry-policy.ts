@@ -64,8 +64,11 @@ export interface IdempotentRetryOptions {
    */
   retryOn?: readonly number[] | ((candidate: RetryCandidate) => boolean);
   /**
-   * Per-attempt timeout, ms. A timed-out attempt is retried (the same key makes that
-   * safe); the caller's own `AbortSignal` still aborts the whole call.
+   * Per-attempt timeout, ms: how long an attempt may wait for its answer (the response's
+   * status and headers). A timed-out attempt is retried (the same key makes that safe).
+   * Reading the body of the answer returned is not bounded by it (the answer arrived; a
+   * cut-off read could not be retried); the caller's own `AbortSignal` still aborts the
+   * whole call, body included.
    * @default none
    */
   timeout?: number;
@@ -160,11 +163,25 @@ export function delayBefore(policy: RetryPolicy, attempt: number, retryAfter: st
   return Math.floor(Math.random() * (bound + 1));
 }
 
-/** `Retry-After` as ms from `now`: delay-seconds or an HTTP date; `undefined` when unreadable. */
+/** RFC 9110's three forms of an HTTP date: IMF-fixdate, the obsolete RFC 850 form, asctime (GMT without saying so). */
+const HTTP_DATE = [
+  /^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/,
+  /^[A-Za-z]{6,9}, \d{2}-[A-Za-z]{3}-\d{2} \d{2}:\d{2}:\d{2} GMT$/,
+  /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/,
+];
+
+/**
+ * `Retry-After` as ms from `now`: delay-seconds or an HTTP date; `undefined` when it is
+ * neither. Checked against the grammar first: `Date.parse` reads almost anything as a
+ * date (`-5`, `1.5`, `1, 2` are years past), which would turn a garbled header into a
+ * retry at once instead of the client's own backoff.
+ */
 export function retryAfterMs(value: string, now = Date.now()): number | undefined {
   const text = value.trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const at = Date.parse(text);
+  const form = HTTP_DATE.findIndex((pattern) => pattern.test(text));
+  if (form === -1) return undefined;
+  const at = Date.parse(form === 2 ? `${text} GMT` : text);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
