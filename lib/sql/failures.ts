@@ -38,10 +38,15 @@ export function mysqlErrnoOf(error: unknown): number | undefined {
   return typeof errno === 'number' ? errno : undefined;
 }
 
-/** PostgreSQL 42P01 (undefined_table), MySQL 1146 (ER_NO_SUCH_TABLE) or SQLite's "no such table". */
+/** PostgreSQL 42P01 (undefined_table), MySQL 1146 (ER_NO_SUCH_TABLE, by name or number: Prisma's adapter gives the number only) or SQLite's "no such table". */
 export function isMissingTableError(error: unknown): boolean {
   const code = sqlStateOf(error);
-  return code === '42P01' || code === 'ER_NO_SUCH_TABLE' || messagesOf(error).some((message) => /\bno such table\b/i.test(message));
+  return (
+    code === '42P01' ||
+    code === 'ER_NO_SUCH_TABLE' ||
+    mysqlErrnoOf(error) === 1146 ||
+    messagesOf(error).some((message) => /\bno such table\b/i.test(message))
+  );
 }
 
 /** PostgreSQL 42703 (undefined_column), MySQL 1054 (ER_BAD_FIELD_ERROR) or SQLite's "no such column" / "has no column named". */
@@ -50,6 +55,7 @@ export function isMissingColumnError(error: unknown): boolean {
   return (
     code === '42703' ||
     code === 'ER_BAD_FIELD_ERROR' ||
+    mysqlErrnoOf(error) === 1054 ||
     messagesOf(error).some((message) => /\bno such column\b|\bhas no column named\b/i.test(message))
   );
 }

@@ -1,0 +1,73 @@
+import type { LoggerService } from '@nestjs/common';
+import type { IdempotentIsolationLevel } from '../sql/port.js';
+import type { PurgeResult } from '../sql/purge-schedule.js';
+import type { PrismaProvider, PrismaTransactionOptions } from './prisma-client.js';
+
+export type { PurgeResult } from '../sql/purge-schedule.js';
+
+/** Tuning shared by `runIdempotentTransaction` and `PrismaIdempotencyStore.runTransactional`. */
+export interface PrismaTransactionTuning extends PrismaTransactionOptions {
+  /**
+   * Longest wait, ms, for a concurrent duplicate's transaction to finish before giving up
+   * with `IdempotencyInFlightError` (PostgreSQL `lock_timeout` on the record insert; on
+   * MySQL and MariaDB `innodb_lock_wait_timeout`, rounded up to whole seconds).
+   * `undefined` waits as long as the first transaction runs (bounded by `timeout`).
+   * @default undefined
+   */
+  waitTimeout?: number;
+  /**
+   * Isolation of the transaction (see the TypeORM store's option of the same name: a
+   * duplicate still replays under the stricter levels).
+   * @default 'READ COMMITTED' on PostgreSQL; the server's own on MySQL and MariaDB
+   */
+  isolationLevel?: IdempotentIsolationLevel;
+}
+
+/** Options of `PrismaIdempotencyStore`. */
+export interface PrismaIdempotencyStoreOptions extends PrismaTransactionTuning {
+  /**
+   * Records table, `'table'` or `'schema.table'` (the steps live in `<table>_steps`).
+   * @default 'idempotency_records'
+   */
+  tableName?: string;
+  /**
+   * The database behind the client. Read from the generated client (its schema's
+   * `provider`) when not given; give it for a client that does not say.
+   * @default the client's provider
+   */
+  provider?: PrismaProvider;
+  /**
+   * The largest result the store must hold, in bytes of serialized outcome (on MySQL /
+   * MariaDB `verify()` refuses at boot a `result` column or `max_allowed_packet` too small
+   * for it; a result that can never be stored is stored as "not storable").
+   * @default 1_048_576 (the module's default maxResponseBytes)
+   */
+  maxResponseBytes?: number;
+  /**
+   * Runs `purgeExpired()` every this many ms in the background (the timer does not keep
+   * the process alive), once the store is known to work. Several instances may enable it:
+   * an advisory lock lets one purge at a time. `undefined` or 0: off.
+   * @default undefined
+   */
+  purgeInterval?: number;
+  /**
+   * Rows deleted per statement by a purge.
+   * @default 1000
+   */
+  purgeBatchSize?: number;
+  /**
+   * Called after every scheduled purge.
+   * @default undefined
+   */
+  onPurge?: (result: PurgeResult) => void;
+  /**
+   * Called when a scheduled purge fails (the job keeps running).
+   * @default a rate-limited warning through Nest's Logger when no event listener is registered
+   */
+  onPurgeError?: (error: unknown) => void;
+  /**
+   * Where a failed background purge is written when nobody else reports it.
+   * @default new Logger('Idempotency')
+   */
+  logger?: LoggerService;
+}
