@@ -118,7 +118,9 @@ export async function createPgDatabase(poolSize = 10): Promise<TestDatabase> {
   const schema = uniqueName('prisma');
   const clients: TestPrismaClient[] = [];
   const newClient = (max = poolSize) => {
-    const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: pgUrl, max, options: `-c search_path=${schema}` }) });
+    const client = new PrismaClient({
+      adapter: new PrismaPg({ connectionString: pgUrl, max, options: `-c search_path=${schema}` }, { schema }),
+    });
     clients.push(client);
     return client;
   };
