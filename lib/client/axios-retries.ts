@@ -60,9 +60,16 @@ export interface AxiosInstanceLike {
 /** Kept on the config between attempts; a string key, because axios drops symbol keys when it merges configs. */
 const STATE = 'idempotencyRetry';
 
-interface CallState {
-  readonly key: string;
-  attempt: number;
+/**
+ * One logical call, shared by its attempts. A class, not a plain object: axios's
+ * mergeConfig copies plain objects, and every attempt must see the same state.
+ */
+class CallState {
+  attempt = 0;
+  /** The last attempt's own answer (or error), as axios answered it: what the call settles with. */
+  settled?: { readonly response: unknown } | { readonly error: unknown };
+
+  constructor(readonly key: string) {}
 }
 
 /**
@@ -93,7 +100,7 @@ export function applyIdempotentRetries<T extends AxiosInstanceLike>(instance: T,
         'Pass the body as a string, an object or bytes, or use an instance without retries for streams.',
       );
     }
-    const state = ((config[STATE] as CallState | undefined) ??= { key: headerOf(config.headers, policy.header) ?? callKey(), attempt: 0 });
+    const state = ((config[STATE] as CallState | undefined) ??= new CallState(headerOf(config.headers, policy.header) ?? callKey()));
     state.attempt++;
     config.headers = withHeader(config.headers, policy.header, state.key);
     if (policy.timeout !== undefined && !config.timeout) config.timeout = policy.timeout;
@@ -106,15 +113,16 @@ export function applyIdempotentRetries<T extends AxiosInstanceLike>(instance: T,
         policy,
         response.config,
         { reason: 'status', status: response.status, headers: response.headers },
-        () => response,
+        { response },
       ),
     (error: { config?: Record<string, unknown>; response?: { status: number; headers?: unknown }; code?: string }) => {
       const config = error?.config;
-      if (!config || !config[STATE] || error.code === 'ERR_CANCELED') return Promise.reject(error);
+      if (!config || !config[STATE]) return Promise.reject(error);
+      if (error.code === 'ERR_CANCELED') return settleWith(config[STATE] as CallState, { error });
       const failure: Failure = error.response
         ? { reason: 'status', status: error.response.status, headers: error.response.headers, error }
         : { reason: error.code === 'ECONNABORTED' || error.code === 'ETIMEDOUT' ? 'timeout' : 'network', error };
-      return retryOrSettle(instance, policy, config, failure, () => Promise.reject(error));
+      return retryOrSettle(instance, policy, config, failure, { error });
     },
   );
   return instance;
@@ -127,18 +135,29 @@ interface Failure {
   readonly error?: unknown;
 }
 
+/**
+ * Retries the call, or settles it with this attempt's answer. A retry is sent with
+ * `instance.request()`, so the application's request interceptors see every attempt; its
+ * answer then also passes the response interceptors registered after this one, once in
+ * the retry's own chain and again in this attempt's. So what this attempt's chain goes on
+ * with is not the retry's processed answer but the last attempt's own (`settled`), and the
+ * application's interceptors transform the call's answer once.
+ */
 async function retryOrSettle(
   instance: AxiosInstanceLike,
   policy: RetryPolicy,
   config: AxiosRequestConfigLike & Record<string, unknown>,
   failure: Failure,
-  settle: () => unknown,
+  outcome: NonNullable<CallState['settled']>,
 ): Promise<unknown> {
   const state = config?.[STATE] as CallState | undefined;
-  if (!state || state.attempt >= policy.maxAttempts) return settle();
-  if (!policy.retries({ attempt: state.attempt, reason: failure.reason, status: failure.status, error: failure.error })) return settle();
+  if (!state) return 'error' in outcome ? Promise.reject(outcome.error) : outcome.response;
+  if (state.attempt >= policy.maxAttempts) return settleWith(state, outcome);
+  if (!policy.retries({ attempt: state.attempt, reason: failure.reason, status: failure.status, error: failure.error })) {
+    return settleWith(state, outcome);
+  }
   const delayMs = delayBefore(policy, state.attempt, headerOf(failure.headers, 'retry-after') ?? null);
-  if (delayMs === undefined) return settle();
+  if (delayMs === undefined) return settleWith(state, outcome);
   policy.onRetry?.({
     attempt: state.attempt,
     key: state.key,
@@ -148,7 +167,23 @@ async function retryOrSettle(
     delayMs,
   });
   await waitUnlessAborted(delayMs, config.signal as AbortSignal | undefined);
-  return instance.request(config);
+  state.settled = undefined;
+  let retried: NonNullable<CallState['settled']>;
+  try {
+    retried = { response: await instance.request(config) };
+  } catch (error) {
+    retried = { error };
+  }
+  // Undefined when the retry stopped before this interceptor saw it (a request interceptor threw).
+  const last = state.settled ?? retried;
+  if ('error' in last) throw last.error;
+  return last.response;
+}
+
+/** Settles the call with this attempt's own answer, kept for the attempts that wait on it. */
+function settleWith(state: CallState, outcome: NonNullable<CallState['settled']>): unknown {
+  state.settled = outcome;
+  return 'error' in outcome ? Promise.reject(outcome.error) : outcome.response;
 }
 
 function isStream(data: unknown): boolean {
