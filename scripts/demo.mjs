@@ -4,7 +4,8 @@
 // retried webhooks, concurrent duplicates, reused keys with another payload, racing
 // stock edits, redelivered messages, double-clicked checkouts, retried GraphQL mutations, a job started by several
 // schedulers at once, a BullMQ job retried (when Redis answers on 127.0.0.1:6379), and a
-// process killed with SIGKILL in the middle of a refund. Then
+// process killed with SIGKILL in the middle of a refund webhook's transaction and between
+// two steps of a refund that calls a payment provider and a mailer. Then
 // it counts every side effect in the database and exits 1 if any happened twice (or
 // went missing). Last, for contrast only, the same kind of storm hits a hand-rolled
 // "check, then act" guard (sample-app/src/demo/naive-refunds.controller.ts).
@@ -18,6 +19,8 @@ import { fileURLToPath } from 'node:url';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const workDir = join(root, '.tmp', `demo-${process.pid}`);
 const sqliteFile = join(workDir, 'sample-app.sqlite');
+// What the fake payment provider and mailer did: outside the app's process, as a real provider's state is.
+const servicesFile = join(workDir, 'external-services.json');
 const startedAt = Date.now();
 const tty = process.stdout.isTTY;
 const run = randomUUID().slice(0, 8);
@@ -34,6 +37,7 @@ function startApp() {
         ...process.env,
         PORT: '0',
         SQLITE_FILE: sqliteFile,
+        SERVICES_FILE: servicesFile,
         SAMPLE_APP_DEMO_HOOKS: '1',
         REDIS_URL: '',
         DATABASE_URL: '',
@@ -64,6 +68,29 @@ function startApp() {
       clearTimeout(timer);
       if (!app || app.child !== child) rejectStart(new Error(`the sample app exited (${signal ?? code}) before listening:\n${output}`));
     });
+  });
+}
+
+/**
+ * Resolves once the app prints a line matching `pattern` (the demo gate of
+ * sample-app/src/demo/step-gate.ts); call it before sending the request that prints it.
+ */
+function printed(pattern, timeoutMs = 30_000) {
+  const { child } = app;
+  return new Promise((resolvePrinted, rejectPrinted) => {
+    let seen = '';
+    const done = (error) => {
+      clearTimeout(timer);
+      child.stdout.off('data', onData);
+      if (error) rejectPrinted(error);
+      else resolvePrinted();
+    };
+    const onData = (chunk) => {
+      seen += chunk;
+      if (pattern.test(seen)) done();
+    };
+    const timer = setTimeout(() => done(new Error(`the sample app did not print ${pattern} within ${timeoutMs / 1000} s`)), timeoutMs);
+    child.stdout.on('data', onData);
   });
 }
 
@@ -426,20 +453,40 @@ async function graphqlMutations() {
   });
 }
 
+/** The refunds of POST /refunds (reference -> amount): their ledger rows are keyed by a step key, not by the reference. */
+const stepRefunds = new Map();
+
+/**
+ * One SIGKILL, two crashes: a refund of POST /refunds (its provider refund, ledger entry
+ * and e-mail are three steps) stopped at the demo gate right after its provider step,
+ * and a refund webhook held inside its database transaction. After a restart on the
+ * same files both are retried, as their senders would.
+ */
 async function crashAndRetry() {
-  progress('8/10 SIGKILL in the middle of a refund, restart, retry');
+  progress('8/10 SIGKILL between two steps of a refund and inside a webhook transaction, restart, retry');
   const key = `evt_${run}_crash`;
   const amount = 777;
   refundKeys.set(key, amount);
+  const reference = `refund_${run}_crash`;
+  const refund = { accountId: 'acct_1', amount: 555, email: 'ada@example.com' };
+  stepRefunds.set(reference, refund.amount);
   const before = await stats();
   const results = [];
-  // The first delivery holds its transaction open for 5 s; the process dies 1 s into it.
+  const stepResults = [];
+  // The refund stops once its first step (the provider's refund) is recorded; the gate says so on stdout.
+  const gate = printed(new RegExp(`demo-gate: paused after step provider-refund of refund ${reference}`));
+  const paused = call('POST', '/refunds', { key: reference, body: refund, headers: { 'x-demo-pause-after-step': 'provider-refund' }, expectFailure: true });
+  await gate;
+  // The webhook holds its transaction open for 5 s; the process dies 1 s into it.
   const doomed = call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount }, headers: { 'x-demo-delay-ms': '5000' }, expectFailure: true });
   await sleep(1_000);
   await stopApp('SIGKILL');
   results.push(await doomed);
+  stepResults.push(await paused);
   progress('8/10 restarting the app on the same SQLite file');
+  const restartedAt = Date.now();
   await startApp();
+  const restartSeconds = ((Date.now() - restartedAt) / 1000).toFixed(1);
   const afterCrash = await stats();
   const committedBeforeCrash = afterCrash.refunds.keys.includes(key);
   // The provider retries the killed delivery twice, and a webhook that completed before the crash.
@@ -447,8 +494,8 @@ async function crashAndRetry() {
   results.push(await call('POST', '/webhooks/refunds', { key, body: { accountId: 'acct_1', amount } }));
   const [oldKey, oldAmount] = [...refundKeys.entries()][0];
   results.push(await call('POST', '/webhooks/refunds', { key: oldKey, body: { accountId: 'acct_1', amount: oldAmount } }));
-  const after = await stats();
-  const refunds = after.refunds.count - before.refunds.count;
+  const afterWebhooks = await stats();
+  const refunds = afterWebhooks.refunds.count - before.refunds.count;
   record({
     name: 'crash: SIGKILL mid-refund, restart, retry',
     sent: 'a refund webhook whose process is killed (SIGKILL) inside its transaction; after a restart it is retried twice, and an old webhook once',
@@ -458,6 +505,56 @@ async function crashAndRetry() {
     effects: refunds,
     expected: 1,
   });
+
+  // What the kill left of the stepped refund: the provider had refunded, nothing else had happened.
+  const count = (list, wanted) => list.filter((r) => r === wanted).length;
+  const providerAfterCrash = count(afterCrash.external.paymentProvider.refunds, reference);
+  const emailsAfterCrash = count(afterCrash.external.mailer.emails, reference);
+  const ledgerAfterCrash = afterCrash.refunds.count - before.refunds.count - (committedBeforeCrash ? 1 : 0);
+  if (providerAfterCrash !== 1 || emailsAfterCrash !== 0 || ledgerAfterCrash !== 0) {
+    unexpected.push(`the kill was not between the steps: ${providerAfterCrash} provider refunds, ${ledgerAfterCrash} ledger rows, ${emailsAfterCrash} e-mails`);
+  }
+  // The support tool retries (after Retry-After while the dead process's lease runs out), then 3 duplicates at once.
+  const retriedAt = Date.now();
+  const retried = await retryAfterConflicts(() => call('POST', '/refunds', { key: reference, body: refund }));
+  const retrySeconds = ((Date.now() - retriedAt) / 1000).toFixed(1);
+  stepResults.push(...retried);
+  const resumed = retried.at(-1);
+  const duplicates = await Promise.all(Array.from({ length: 3 }, () => call('POST', '/refunds', { key: reference, body: refund })));
+  stepResults.push(...duplicates);
+  const after = await stats();
+  const sameAnswer = duplicates.every((d) => d.replayed && JSON.stringify(d.body) === JSON.stringify(resumed.body));
+  if (resumed.status !== 200 || !sameAnswer) unexpected.push(`POST /refunds after the crash: ${resumed.status}, duplicates ${sameAnswer ? 'replayed it' : 'did not replay it'}`);
+  const providerRefunds = count(after.external.paymentProvider.refunds, reference);
+  const providerCalls = after.external.paymentProvider.calls - before.external.paymentProvider.calls;
+  const emails = count(after.external.mailer.emails, reference);
+  const ledger = after.refunds.count - afterWebhooks.refunds.count;
+  if (providerCalls !== 1) unexpected.push(`the payment provider was called ${providerCalls} times for one refund (the retry should take step 1 from its record)`);
+  const events = after.idempotencyEvents;
+  rows.push({
+    name: 'crash: SIGKILL between two steps, restart, retry',
+    sent: 'a refund (steps: provider refund, ledger entry, e-mail) whose process is killed right after the provider refunded; after a restart it is retried once, then 3 duplicates at once',
+    correct: '1 provider refund, 1 ledger entry, 1 e-mail: the retry takes step 1 from its record and runs the other two; the duplicates get its answer replayed',
+    counted:
+      `after the kill: ${plural(providerAfterCrash, 'provider refund')}, ${plural(ledgerAfterCrash, 'ledger entry', 'ledger entries')}, ${plural(emailsAfterCrash, 'e-mail')} (restart ${restartSeconds} s); ` +
+      `after the retry (answered in ${retrySeconds} s, the dead process's lease included): ${plural(providerRefunds, 'provider refund')} (${plural(providerCalls, 'call')} to the provider), ${plural(ledger, 'ledger entry', 'ledger entries')}, ${plural(emails, 'e-mail')}; ` +
+      `${plural(events.step_replayed ?? 0, 'step')} replayed, ${events.step_completed ?? 0} run; ${plural(duplicates.filter((d) => d.replayed).length, 'duplicate')} replayed`,
+    ...tally(stepResults.slice(1)),
+    effects: providerRefunds + ledger + emails,
+    expected: 3,
+  });
+}
+
+/** Sends again after each 409's Retry-After (a well-behaved client), up to 30 s; every answer, in order. */
+async function retryAfterConflicts(send) {
+  const answers = [];
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const answer = await send();
+    answers.push(answer);
+    if (answer.status !== 409 || Date.now() > deadline) return answers;
+    await sleep(Number(answer.retryAfter ?? 1) * 1000);
+  }
 }
 
 /** For contrast only (not part of the checks): the hand-rolled "check, act, record" guard. */
@@ -488,7 +585,7 @@ async function verify() {
   for (const key of s.refunds.keys) counts.set(key, (counts.get(key) ?? 0) + 1);
   const duplicated = [...counts].filter(([, n]) => n > 1).map(([k]) => k);
   const missing = [...refundKeys.keys()].filter((k) => !counts.has(k));
-  const expectedTotal = [...refundKeys.values()].reduce((a, b) => a + b, 0);
+  const expectedTotal = [...refundKeys.values(), ...stepRefunds.values()].reduce((a, b) => a + b, 0);
   const shipmentCounts = new Map();
   for (const key of s.shipments.keys) shipmentCounts.set(key, (shipmentCounts.get(key) ?? 0) + 1);
   const duplicatedShipments = [...shipmentCounts].filter(([, n]) => n > 1).map(([k]) => k);

@@ -18,13 +18,18 @@ import { RefundJobsModule } from './jobs/refund-jobs.module.js';
 import { EventCounter } from './ops/event-counter.js';
 import { StatsController } from './ops/stats.controller.js';
 import { OrdersController } from './orders/orders.controller.js';
-import { DATA_SOURCE, LOCK_PROVIDER, SAMPLE_APP_CONFIG } from './tokens.js';
+import { ExternalServicesState, Mailer, PaymentProvider } from './refunds/external-services.js';
+import { RefundFlow } from './refunds/refund-flow.js';
+import { RefundRequestsController } from './refunds/refund-requests.controller.js';
+import { DATA_SOURCE, FLOW_STORE, LOCK_PROVIDER, SAMPLE_APP_CONFIG } from './tokens.js';
 
 /** Connections opened before Nest starts (see app.ts), closed when the app closes. */
 export interface SampleAppResources {
   readonly dataSource: DataSource;
   /** The idempotency store of every `@Idempotent()` handler: memory, or Redis with REDIS_URL. */
   readonly store: IdempotencyStore;
+  /** The refund flow's records and steps: always in the business database (see refunds/refund-flow.ts). */
+  readonly flowStore: IdempotencyStore;
   /** Where checkout tokens live: memory, or Redis with REDIS_URL. */
   readonly tokenStore: OneTimeTokenStore;
   /** The locks of the settlement job: memory, or Redis with REDIS_URL. */
@@ -69,6 +74,7 @@ export class SampleAppModule {
       ],
       controllers: [
         RefundsController,
+        RefundRequestsController,
         OrdersController,
         InventoryController,
         MessagesController,
@@ -83,10 +89,16 @@ export class SampleAppModule {
         { provide: SAMPLE_APP_CONFIG, useValue: config },
         { provide: DATA_SOURCE, useValue: resources.dataSource },
         { provide: LOCK_PROVIDER, useValue: resources.locks },
+        { provide: FLOW_STORE, useValue: resources.flowStore },
         { provide: RESOURCES, useValue: resources },
         { provide: EventCounter, useValue: events },
         OrderEventsConsumer,
         OrderEventsPublisher,
+        // POST /refunds: the refund flow with durable steps, and the fakes it calls.
+        RefundFlow,
+        ExternalServicesState,
+        PaymentProvider,
+        Mailer,
         ResourcesCloser,
       ],
     };

@@ -6,6 +6,7 @@ import { MemoryIdempotencyStore } from '../../lib/index.js';
 import { MemoryLockProvider } from '../../lib/locks/index.js';
 import { RedisIdempotencyStore, RedisLockProvider, RedisOneTimeTokenStore, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { MemoryOneTimeTokenStore } from '../../lib/tokens/index.js';
+import { TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
 import type { SampleAppConfig } from './config.js';
 import { openDatabase } from './database.js';
 import { SampleAppModule, type SampleAppResources } from './app.module.js';
@@ -44,9 +45,19 @@ export async function createSampleApp(config: SampleAppConfig, options: CreateSa
 
 async function openResources(config: SampleAppConfig): Promise<SampleAppResources> {
   const dataSource = await openDatabase(config);
+  // The refund flow's records and steps, beside the business tables (refunds/refund-flow.ts).
+  // ensureTable() adds the steps table, which synchronize does not know about.
+  const flowStore = new TypeOrmIdempotencyStore(dataSource);
+  try {
+    await flowStore.ensureTable();
+  } catch (error) {
+    await dataSource.destroy();
+    throw error;
+  }
   if (!config.redisUrl) {
     return {
       dataSource,
+      flowStore,
       store: new MemoryIdempotencyStore(),
       tokenStore: new MemoryOneTimeTokenStore(),
       locks: new MemoryLockProvider(),
@@ -64,6 +75,7 @@ async function openResources(config: SampleAppConfig): Promise<SampleAppResource
   }
   return {
     dataSource,
+    flowStore,
     store: new RedisIdempotencyStore(redis, { prefix: config.redisPrefix }),
     tokenStore: new RedisOneTimeTokenStore(redis, { prefix: `${config.redisPrefix}token:` }),
     locks: new RedisLockProvider(redis, { prefix: `${config.redisPrefix}lock:` }),

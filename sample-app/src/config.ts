@@ -18,6 +18,14 @@ export interface SampleAppConfig {
    * @default undefined
    */
   sqliteFile?: string;
+  /**
+   * `SERVICES_FILE`: keep the state of the fake payment provider and mailer
+   * (refunds/external-services.ts) in this JSON file, so that what they did survives a
+   * crash of this process, as a real provider's would (the demo uses it). Without it
+   * they live in memory.
+   * @default undefined
+   */
+  servicesFile?: string;
   /** `AMQP_URL`: also consume `order.paid` events from RabbitMQ. @default undefined */
   amqpUrl?: string;
   /** `AMQP_QUEUE`: the RabbitMQ queue consumed when `AMQP_URL` is set. @default 'sample-app.order-events' */
@@ -26,8 +34,9 @@ export interface SampleAppConfig {
   redisPrefix: string;
   /**
    * `SAMPLE_APP_DEMO_HOOKS=1`: honour the `X-Demo-Delay-Ms` request header, which holds a
-   * refund open inside its transaction (the demo kills the process during that window).
-   * Never enable it in production.
+   * refund webhook open inside its transaction, and `X-Demo-Pause-After-Step` on
+   * `POST /refunds`, which holds a refund after one of its steps (the demo kills the
+   * process there). Never enable it in production.
    * @default false
    */
   demoHooks: boolean;
@@ -44,6 +53,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): SampleAppCo
     databaseUrl: env.DATABASE_URL || undefined,
     databaseSchema: env.DATABASE_SCHEMA || undefined,
     sqliteFile: env.SQLITE_FILE || undefined,
+    servicesFile: env.SERVICES_FILE || undefined,
     amqpUrl: env.AMQP_URL || undefined,
     amqpQueue: env.AMQP_QUEUE || 'sample-app.order-events',
     redisPrefix: env.REDIS_PREFIX || 'sample-app:',

@@ -17,10 +17,13 @@ function runDemo(): Promise<{ code: number | null; output: string }> {
 }
 
 describe('npm run demo', () => {
-  it('survives the storm, including a SIGKILL mid-request, with every side effect exactly once', async () => {
+  it('survives the storm, including a SIGKILL mid-request and one between two steps, with every side effect exactly once', async () => {
     const { code, output } = await runDemo();
     expect(output).toMatch(/side effects executed twice: 0 \| refunds missing: 0/);
     expect(output).toContain('crash: SIGKILL mid-refund, restart, retry');
+    // POST /refunds killed between its provider step and its ledger step: each effect once.
+    expect(output).toMatch(/ok {3}\d+\. crash: SIGKILL between two steps, restart, retry/);
+    expect(output).toMatch(/after the retry .*: 1 provider refund \(1 call to the provider\), 1 ledger entry, 1 e-mail; 1 step replayed, 2 run; 3 duplicates replayed/);
     expect(output).toMatch(/^\| TOTAL .*\|/m);
     expect(code).toBe(0);
   }, 180_000);

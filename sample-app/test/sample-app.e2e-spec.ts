@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { createSampleApp } from '../src/app.js';
 import { configFromEnv, type SampleAppConfig } from '../src/config.js';
 import { OrderEventsPublisher } from '../src/messages/order-events.publisher.js';
+import { Mailer } from '../src/refunds/external-services.js';
 
 // The sample app on its embedded defaults (memory store + in-memory SQLite) and on the
 // real stores (Redis 127.0.0.1:6379 + PostgreSQL 127.0.0.1:5432/test, in a schema of its own).
@@ -160,6 +161,51 @@ describe.each(configs)('sample app on %s', (_name, config) => {
     const after = await stats();
     expect(after.refunds.count - before.refunds.count).toBe(1);
     expect(before.balance - after.balance).toBe(300);
+  });
+
+  const refundRequest = (key: string, body: Record<string, unknown>) => request(http).post('/refunds').set('Idempotency-Key', key).send(body);
+  const countOf = (list: string[], reference: string) => list.filter((r) => r === reference).length;
+
+  it('POST /refunds: refunds at the provider, writes the ledger and e-mails once per key; a retry replays, another body is 422', async () => {
+    const key = `refund_${randomUUID()}`;
+    const body = { accountId: 'acct_1', amount: 420, email: 'ada@example.com' };
+    const before = await stats();
+    const first = await refundRequest(key, body).expect(200);
+    expect(first.body).toMatchObject({ reference: key, accountId: 'acct_1', amount: 420, providerRefundId: expect.stringMatching(/^re_/), emailId: expect.stringMatching(/^em_/) });
+    const retry = await refundRequest(key, body).expect(200);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.body).toEqual(first.body);
+    expect((await refundRequest(key, { ...body, amount: 421 }).expect(422)).body.code).toBe('IDEMPOTENCY_FINGERPRINT_MISMATCH');
+    // An unknown account is refused before anything reaches the provider.
+    await refundRequest(`refund_${randomUUID()}`, { ...body, accountId: 'acct_nobody' }).expect(404);
+
+    const after = await stats();
+    expect(countOf(after.external.paymentProvider.refunds, key)).toBe(1);
+    expect(after.external.paymentProvider.calls - before.external.paymentProvider.calls).toBe(1);
+    expect(countOf(after.external.mailer.emails, key)).toBe(1);
+    expect(after.refunds.count - before.refunds.count).toBe(1);
+    expect(before.balance - after.balance).toBe(420);
+  });
+
+  it('POST /refunds: after the e-mail step fails, the retry sends the e-mail without refunding again', async () => {
+    const key = `refund_${randomUUID()}`;
+    const body = { accountId: 'acct_1', amount: 330, email: 'grace@example.com' };
+    const before = await stats();
+    app.get(Mailer).failNext = 1;
+    await refundRequest(key, body).expect(500); // the mailer is down: the key is released
+    const failed = await stats();
+    expect(countOf(failed.external.paymentProvider.refunds, key)).toBe(1);
+    expect(countOf(failed.external.mailer.emails, key)).toBe(0);
+
+    const resumed = await refundRequest(key, body).expect(200);
+    expect(resumed.headers['idempotent-replayed']).toBeUndefined();
+    const after = await stats();
+    // Steps 1 and 2 came from their records: one provider call, one ledger row, one debit.
+    expect(after.external.paymentProvider.calls - before.external.paymentProvider.calls).toBe(1);
+    expect(countOf(after.external.paymentProvider.refunds, key)).toBe(1);
+    expect(countOf(after.external.mailer.emails, key)).toBe(1);
+    expect(after.refunds.count - before.refunds.count).toBe(1);
+    expect(before.balance - after.balance).toBe(330);
   });
 
   it('walks an order through its state machine and ships it once however often order.paid is redelivered', async () => {

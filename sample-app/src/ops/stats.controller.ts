@@ -3,12 +3,14 @@ import type { DataSource } from 'typeorm';
 import { Account, Checkout, InventoryItem, Order, Refund, Settlement, Shipment } from '../entities.js';
 import { DEMO_ACCOUNT, NAIVE_ACCOUNT } from '../database.js';
 import { OrderEventsConsumer } from '../messages/order-events.consumer.js';
+import { ExternalServicesState } from '../refunds/external-services.js';
 import { DATA_SOURCE } from '../tokens.js';
 import { EventCounter } from './event-counter.js';
 
 /**
- * Every side effect, counted from the database (so the numbers survive a restart), plus
- * this process's idempotency events. The demo and the e2e tests assert on it.
+ * Every side effect, counted from the database (so the numbers survive a restart) and
+ * from the fake external services, plus this process's idempotency events. The demo and
+ * the e2e tests assert on it.
  */
 @Controller('stats')
 export class StatsController {
@@ -16,6 +18,7 @@ export class StatsController {
     @Inject(DATA_SOURCE) private readonly dataSource: DataSource,
     private readonly events: EventCounter,
     private readonly consumer: OrderEventsConsumer,
+    private readonly services: ExternalServicesState,
   ) {}
 
   @Get()
@@ -38,6 +41,8 @@ export class StatsController {
       settlements: await count(Settlement),
       inventory: Object.fromEntries(inventory.map((item) => [item.sku, { stock: item.stock, version: item.version }])),
       consumerTransactionsRun: this.consumer.transactionsRun,
+      // The fakes POST /refunds calls: calls received, and effects had per refund reference.
+      external: this.services.snapshot(),
       idempotencyEvents: this.events.snapshot(),
     };
   }
