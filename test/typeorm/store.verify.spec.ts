@@ -77,6 +77,8 @@ describe('TypeOrmIdempotencyStore setup checks on PostgreSQL', () => {
 
   async function createTableOutsideTheStore(tableName: string) {
     for (const statement of recordsTableDdl(parseTableName(tableName, db.schema))) await dataSource.query(statement);
+    // Its steps table, as ensureTable() or the migrations make it beside the records table.
+    await new TypeOrmIdempotencyStore(dataSource, { tableName }).ensureTable();
   }
 
   it('verify() refuses a missing records table, naming it and the three ways to create it; passes once it exists', async () => {

@@ -7,7 +7,13 @@ import { IdempotencyConfigurationError, IdempotencyNotReplayableError } from '..
 import type { IdempotencyEvent } from '../../../lib/core/events.js';
 import { makeIdempotent } from '../../../lib/core/make-idempotent.js';
 import { deserializeOutcome } from '../../../lib/core/outcome.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore, parseTableName, recordsTableDdl } from '../../../lib/typeorm/index.js';
+import {
+  IdempotencyRecordEntity,
+  IdempotencyStepEntity,
+  TypeOrmIdempotencyStore,
+  parseTableName,
+  recordsTableDdl,
+} from '../../../lib/typeorm/index.js';
 import { uniqueName } from '../support.js';
 import { createMariaDataSource } from './support.js';
 
@@ -21,6 +27,8 @@ async function createTable(dataSource: DataSource, options: { result?: string; k
   if (options.keyCollation)
     ddl = ddl.replace('`key` varchar(255) NOT NULL', `\`key\` varchar(255) COLLATE ${options.keyCollation} NOT NULL`);
   await dataSource.query(ddl);
+  // Its steps table, as ensureTable() or the migrations make it (the records table is left as made above).
+  await new TypeOrmIdempotencyStore(dataSource, { tableName: table }).ensureTable();
   return table;
 }
 
@@ -69,7 +77,11 @@ describe('records that the MariaDB table or server cannot hold', () => {
   });
 
   it('IdempotencyRecordEntity synchronizes to a MEDIUMTEXT result and binary-collated text columns, and a 100 KB result replays', async () => {
-    const synced = await createMariaDataSource({ entities: [IdempotencyRecordEntity], synchronize: true, poolSize: 3 });
+    const synced = await createMariaDataSource({
+      entities: [IdempotencyRecordEntity, IdempotencyStepEntity],
+      synchronize: true,
+      poolSize: 3,
+    });
     try {
       const table = 'idempotency_records';
       expect(await columnOf(synced.dataSource, table, 'result')).toMatchObject({ type: 'mediumtext', collation: 'utf8mb4_bin' });
