@@ -24,6 +24,24 @@ interface NearCacheStats {
   invalidations: number;
 }
 
+/**
+ * Run in an app's folder: loads its compiled modules without starting it, and prints which
+ * Redis clients they loaded (`redis`, `ioredis`).
+ */
+const LOADED_CLIENTS = `
+const Module = require('node:module');
+const loaded = new Set();
+const load = Module._load;
+Module._load = function (request, ...rest) {
+  if (request === 'redis' || request === 'ioredis' || request.startsWith('@redis/')) loaded.add(request.startsWith('@redis/') ? 'redis' : request);
+  return load.call(this, request, ...rest);
+};
+require('./dist/app.module.js');
+require('nestjs-idempotency/redis');
+console.log([...loaded].sort().join(','));
+process.exit(0);
+`;
+
 async function placeOrder(base: string, key: string, order: { sku: string; quantity: number }) {
   const { status, replayed, body } = await requestJson(base, 'POST', '/orders', { body: order, key });
   return { status, replayed, body: body as { id: string; sku: string; quantity: number } };
@@ -55,7 +73,7 @@ describe('docs/redis.md, built and run as a user would', () => {
   const servers: RedisServerHandle[] = [];
 
   beforeAll(async () => {
-    dirs = await buildPageApps('redis', ['default', 'near-cache']);
+    dirs = await buildPageApps('redis', ['default', 'near-cache', 'node-redis']);
     redis = new Redis(REDIS_URL);
   }, 300_000);
 
@@ -65,74 +83,87 @@ describe('docs/redis.md, built and run as a user would', () => {
     redis?.disconnect();
   });
 
-  it('the application waits at boot for a Redis that comes up late, replays a retry, refuses a reused key, and exits on SIGTERM with Redis down', async () => {
-    const dir = dirs.get('default')!;
-    const prefix = prefixOf('app');
-    // A Redis that is not there yet: the page's client keeps reconnecting (recommendedRedisOptions()).
-    const redisPort = await freeRedisPort();
-    const port = await freePort();
-    const base = `http://127.0.0.1:${port}`;
-    const answers = () =>
-      fetch(base).then(
-        () => true,
-        () => false,
+  // The page's application on ioredis (default) and its node-redis variant: the same claims.
+  it.each([
+    ['the application', 'default'],
+    ['the node-redis variant', 'node-redis'],
+  ])(
+    '%s waits at boot for a Redis that comes up late, replays a retry, refuses a reused key, and exits on SIGTERM with Redis down',
+    async (_what, name) => {
+      const dir = dirs.get(name)!;
+      const prefix = prefixOf(name);
+      // A Redis that is not there yet: the page's client keeps reconnecting (recommendedRedisOptions()).
+      const redisPort = await freeRedisPort();
+      const port = await freePort();
+      const base = `http://127.0.0.1:${port}`;
+      const answers = () =>
+        fetch(base).then(
+          () => true,
+          () => false,
+        );
+      const app = startApp(dir, { PORT: String(port), REDIS_URL: `redis://127.0.0.1:${redisPort}`, REDIS_PREFIX: prefix });
+      await waitFor(
+        'the app to build its modules',
+        () => {
+          if (app.child.exitCode !== null) throw new Error(`the app exited (${app.child.exitCode}):\n${app.output()}`);
+          return app.output().includes('IdempotencyModule dependencies initialized');
+        },
+        30_000,
       );
-    const app = startApp(dir, { PORT: String(port), REDIS_URL: `redis://127.0.0.1:${redisPort}`, REDIS_PREFIX: prefix });
-    await waitFor(
-      'the app to build its modules',
-      () => {
-        if (app.child.exitCode !== null) throw new Error(`the app exited (${app.child.exitCode}):\n${app.output()}`);
-        return app.output().includes('IdempotencyModule dependencies initialized');
-      },
-      30_000,
-    );
-    // "the application listens and reports ready only once Redis answers"
-    expect(await answers()).toBe(false);
-    expect(app.output()).not.toContain('Nest application successfully started');
-    const server = await startRedisServer({ port: redisPort });
-    servers.push(server);
-    await waitFor(
-      'the app to listen once Redis is up',
-      async () => {
-        if (app.child.exitCode !== null) throw new Error(`the app exited (${app.child.exitCode}):\n${app.output()}`);
-        return answers();
-      },
-      30_000,
-    );
+      // "the application listens and reports ready only once Redis answers"
+      expect(await answers()).toBe(false);
+      expect(app.output()).not.toContain('Nest application successfully started');
+      const server = await startRedisServer({ port: redisPort });
+      servers.push(server);
+      await waitFor(
+        'the app to listen once Redis is up',
+        async () => {
+          if (app.child.exitCode !== null) throw new Error(`the app exited (${app.child.exitCode}):\n${app.output()}`);
+          return answers();
+        },
+        30_000,
+      );
 
-    // The first request after boot is protected (before the wait, it was a 503: the client was not ready yet).
-    const key = randomUUID();
-    const first = await placeOrder(base, key, { sku: 'tea', quantity: 2 });
-    expect(first).toMatchObject({ status: 201, replayed: null, body: { sku: 'tea', quantity: 2 } });
-    expect(first.body.id).toMatch(/^ord_/);
-    expect(await placeOrder(base, key, { sku: 'tea', quantity: 2 })).toEqual({ status: 201, replayed: 'true', body: first.body });
-    expect(await placed(base)).toBe(1);
+      // The first request after boot is protected (before the wait, it was a 503: the client was not ready yet).
+      const key = randomUUID();
+      const first = await placeOrder(base, key, { sku: 'tea', quantity: 2 });
+      expect(first).toMatchObject({ status: 201, replayed: null, body: { sku: 'tea', quantity: 2 } });
+      expect(first.body.id).toMatch(/^ord_/);
+      expect(await placeOrder(base, key, { sku: 'tea', quantity: 2 })).toEqual({ status: 201, replayed: 'true', body: first.body });
+      expect(await placed(base)).toBe(1);
 
-    // The page's curl commands, verbatim, on this app's port: one more order, its replay, the key reused
-    // (curl prints the last count right after the 422's body, which ends without a newline).
-    const script = readFileSync(join(dir, 'call.sh'), 'utf8').replaceAll('localhost:3000', base);
-    const output = await run('bash', ['-c', script], dir);
-    const lines = [...output.matchAll(/^HTTP\/[\d.]+ (\d+).*$|^idempotent-replayed: (\S+)|(\{"placed":\d+\})/gim)];
-    expect(lines.map(([, status, replayed, count]) => status ?? (replayed ? `replayed ${replayed}` : count))).toEqual([
-      '201',
-      '201',
-      'replayed true',
-      '422',
-      '{"placed":2}',
-    ]);
+      // The page's curl commands, verbatim, on this app's port: one more order, its replay, the key reused
+      // (curl prints the last count right after the 422's body, which ends without a newline).
+      const script = readFileSync(join(dir, 'call.sh'), 'utf8').replaceAll('localhost:3000', base);
+      const output = await run('bash', ['-c', script], dir);
+      const lines = [...output.matchAll(/^HTTP\/[\d.]+ (\d+).*$|^idempotent-replayed: (\S+)|(\{"placed":\d+\})/gim)];
+      expect(lines.map(([, status, replayed, count]) => status ?? (replayed ? `replayed ${replayed}` : count))).toEqual([
+        '201',
+        '201',
+        'replayed true',
+        '422',
+        '{"placed":2}',
+      ]);
 
-    // Records live under the page's prefix, one per key.
-    const client = new Redis(redisPort, '127.0.0.1');
-    try {
-      expect(await recordKeys(client, prefix)).toHaveLength(2);
-    } finally {
-      client.disconnect();
-    }
+      // Records live under the page's prefix, one per key.
+      const client = new Redis(redisPort, '127.0.0.1');
+      try {
+        expect(await recordKeys(client, prefix)).toHaveLength(2);
+      } finally {
+        client.disconnect();
+      }
 
-    // Redis down at SIGTERM: quit() is refused, the page's module drops the socket, and the process exits.
-    await server.kill();
-    await stopApp(app);
-  }, 60_000);
+      // The node-redis variant loads node-redis and never ioredis, the default one the reverse.
+      const loaded = await run('node', ['-e', LOADED_CLIENTS], dir);
+      expect(loaded.trim()).toBe(name === 'node-redis' ? 'redis' : 'ioredis');
+
+      // Redis down at SIGTERM: ioredis's quit() is refused and the page's module drops the socket; node-redis's
+      // close() returns at once. Either way the process exits.
+      await server.kill();
+      await stopApp(app);
+    },
+    60_000,
+  );
 
   it('the near-cache variant: another instance replays the order, a replay comes from memory, a deleted or expired record runs again', async () => {
     const dir = dirs.get('near-cache')!;
