@@ -64,6 +64,11 @@ export class Lease implements TimerQueueItem, StepHost {
     return this.lost;
   }
 
+  /** @internal Until when the lease is ours as far as this process knows, epoch ms (see `StepHost.ownedUntil`). */
+  get ownedUntil(): number {
+    return this.leaseValidUntil;
+  }
+
   /** True once the lease is completed, released or abandoned. */
   get isSettled(): boolean {
     return this.settled;

@@ -15,6 +15,12 @@ export interface StepHost {
   readonly startedAt: number;
   /** Another worker took the key over. */
   readonly isLost: boolean;
+  /**
+   * Until when the lease is this execution's as far as this process knows (the claim or
+   * the last successful renewal, plus leaseTtl), epoch ms. Past it another worker may own
+   * the key without this one having heard: a pause longer than the lease runs no renewal.
+   */
+  readonly ownedUntil: number;
   /** Completed, released or abandoned: its handler is over. */
   readonly isSettled: boolean;
   /** The steps of this execution so far, created by the first `step()` or `stepKey()`. */

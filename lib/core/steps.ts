@@ -80,7 +80,7 @@ async function runStep<T>(
   name: string,
   run: (stepKey: string) => T | Promise<T>,
 ): Promise<T> {
-  if (host.isLost) throw new IdempotencyLeaseLostError(name);
+  if (leaseGone(host)) throw new IdempotencyLeaseLostError(name);
   const id = stepIdOf(host.fingerprint, name);
   const loadStartedAt = Date.now();
   const finished = await finishedSteps(host, store, ledger);
@@ -89,6 +89,9 @@ async function runStep<T>(
     emitStep(host, 'step_replayed', name, Date.now() - loadStartedAt);
     return decodeStep(recorded) as T;
   }
+  // Checked after the read, right before the work: a worker that was paused past its lease
+  // (no renewal ran, so it has heard of no takeover) must not start the step's effect.
+  if (leaseGone(host)) throw new IdempotencyLeaseLostError(name);
   const key = stepKeyOf(host, name);
   // The outgoing client reads the step it runs in (its first call sends the step's key).
   const value = await runInStep(host, name, key, () => run(key));
@@ -105,6 +108,11 @@ async function runStep<T>(
   if (!saved) throw new IdempotencyLeaseLostError(name);
   emitStep(host, 'step_completed', name, Date.now() - saveStartedAt);
   return decodeStep(result) as T;
+}
+
+/** Another worker took the key over, or may have: the lease ran out as this process last knew it. */
+function leaseGone(host: StepHost): boolean {
+  return host.isLost || Date.now() >= host.ownedUntil;
 }
 
 /** Every finished step of the key, read once per execution (a failed read is tried again by the next step). */
