@@ -113,8 +113,7 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
   /**
    * Drizzle's `db.transaction(fn, { isolationLevel })`. When `fn` fails and drizzle's
    * rollback fails too, drizzle throws the rollback's error in place of `fn`'s: `fn`'s is
-   * rethrown instead, and a rollback that failed for a lost connection marks the
-   * transaction's connection as lost.
+   * rethrown instead, and the failed rollback marks the transaction's connection as lost.
    */
   async transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: DrizzleSqlTransaction) => Promise<T>): Promise<T> {
     const config = isolation ? { isolationLevel: isolation.toLowerCase() } : undefined;
@@ -139,7 +138,9 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
       );
     } catch (error) {
       if (failed && error !== failed.error) {
-        if (tx && isConnectionLoss(error)) tx.connectionLost = true;
+        // A rollback that fails never leaves a usable session (the server ended it, or the
+        // socket broke); whatever the driver's error says, nothing of the work committed.
+        if (tx) tx.connectionLost = true;
         throw failed.error;
       }
       throw error;
