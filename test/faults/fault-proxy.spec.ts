@@ -73,6 +73,32 @@ describe('fault proxy', () => {
     expect(state.ended).toBeUndefined();
   });
 
+  it('holds the close of a client that gave up on a frozen connection, with what it sent, until the heal', async () => {
+    const seen: string[] = [];
+    const store = createServer((socket) => {
+      socket.on('data', (chunk) => seen.push(chunk.toString())).on('error', () => undefined);
+      socket.on('close', () => seen.push('<closed>'));
+    });
+    await new Promise<void>((resolve) => store.listen(0, '127.0.0.1', resolve));
+    const path = await startFaultProxy({ host: '127.0.0.1', port: (store.address() as { port: number }).port });
+    try {
+      const socket = createConnection(path.address);
+      await new Promise((resolve) => socket.once('connect', resolve));
+      await until(() => path.stats.open === 1, 'the connection');
+      path.freeze();
+      socket.end('late statement');
+      await path.waitFor<{ bytes: number }>('held', ({ bytes }) => bytes === 0);
+      expect(seen).toEqual([]);
+      expect(path.stats.open).toBe(1);
+      await path.heal();
+      await until(() => seen.includes('<closed>'), 'the close to reach the store');
+      expect(seen).toEqual(['late statement', '<closed>']);
+    } finally {
+      await path.stop();
+      await new Promise((resolve) => store.close(resolve));
+    }
+  });
+
   it('adds a fixed latency per chunk, and a jittered one that keeps the order', async () => {
     const { socket, state } = await connect();
     proxy.latency({ ms: 100, direction: 'reply' });

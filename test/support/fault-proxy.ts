@@ -5,7 +5,9 @@
  *
  * - `freeze()`: nothing moves in either direction, every socket stays open (a failover,
  *   a full conntrack table, a dropped route). What either side sends meanwhile is held,
- *   and delivered in order on `heal()`, as TCP would once the path returns.
+ *   and delivered in order on `heal()`, as TCP would once the path returns; so is a side's
+ *   close (its FIN): a client that gives up on a frozen connection still has its last
+ *   statement reach the store after the heal.
  * - `latency({ ms, jitterMs })`: every chunk waits `ms ± jitterMs` (order kept).
  * - `resetMidReply({ afterBytes })`: the next reply is cut after `afterBytes` bytes and
  *   both sockets are reset (RST), so the client holds a partial answer.
@@ -60,7 +62,8 @@ export interface FaultProxyOptions {
 }
 
 interface Queued {
-  chunk: Buffer;
+  /** null: the sending side closed; the pair closes once what it sent before is delivered. */
+  chunk: Buffer | null;
   at: number;
 }
 
@@ -216,15 +219,14 @@ export class FaultProxy extends EventEmitter {
     this.stats.open++;
     client.on('data', (chunk: Buffer) => this.receive(pair, 'request', chunk));
     server.on('data', (chunk: Buffer) => this.receive(pair, 'reply', chunk));
-    // Either side ending or failing ends the pair: the other side sees its connection close.
-    for (const socket of [client, server]) {
-      socket.on('error', () => this.close(pair));
-      socket.on('close', () => this.close(pair));
-    }
+    // Either side closing or failing ends the pair after what it sent before (a FIN travels
+    // behind the data, and a frozen path holds it like the data until the heal).
+    client.on('error', () => undefined).on('close', () => this.receive(pair, 'request', null));
+    server.on('error', () => undefined).on('close', () => this.receive(pair, 'reply', null));
     this.emit('connection', this.stats.accepted);
   }
 
-  private receive(pair: Pair, direction: Direction, chunk: Buffer): void {
+  private receive(pair: Pair, direction: Direction, chunk: Buffer | null): void {
     if (pair.closed || pair.cutting) return;
     const now = Date.now();
     let at = now;
@@ -237,8 +239,8 @@ export class FaultProxy extends EventEmitter {
     pair.lastAt[direction] = at;
     pair.queues[direction].push({ chunk, at });
     if (this.frozen) {
-      this.stats.heldBytes += chunk.length;
-      this.emit('held', { direction, bytes: chunk.length, heldBytes: this.stats.heldBytes });
+      this.stats.heldBytes += chunk?.length ?? 0;
+      this.emit('held', { direction, bytes: chunk?.length ?? 0, heldBytes: this.stats.heldBytes });
       return;
     }
     this.pump(pair, direction);
@@ -251,6 +253,10 @@ export class FaultProxy extends EventEmitter {
     const now = Date.now();
     while (queue.length > 0 && queue[0].at <= now) {
       const { chunk } = queue.shift()!;
+      if (chunk === null) {
+        this.close(pair);
+        return;
+      }
       if (!this.forward(pair, direction, chunk)) return;
     }
     if (queue.length > 0 && pair.timers[direction] === undefined) {
@@ -316,7 +322,7 @@ export class FaultProxy extends EventEmitter {
     this.pairs.delete(pair);
     this.stats.open--;
     if (this.frozen) {
-      const held = pair.queues.request.concat(pair.queues.reply).reduce((n, q) => n + q.chunk.length, 0);
+      const held = pair.queues.request.concat(pair.queues.reply).reduce((n, q) => n + (q.chunk?.length ?? 0), 0);
       this.stats.heldBytes = Math.max(0, this.stats.heldBytes - held);
     }
     pair.client.destroy();

@@ -1,0 +1,158 @@
+/**
+ * One fault run: application instances over one store behind fault proxies, the
+ * reliability harness's load (new keys, sequential and concurrent duplicates, mismatches,
+ * failing handlers, slow handlers hit by duplicates) and client, a fault, the heal, then
+ * the harness's settle-and-check. What every fault test asserts is in `expectFaultRun`.
+ */
+import { randomUUID } from 'node:crypto';
+import type { AppProcess } from '../../reliability/harness/app-processes.js';
+import { HarnessClient, isSuccess, type Outcome } from '../../reliability/harness/client.js';
+import { checkInvariant, formatStats, type Effect, type InvariantReport } from '../../reliability/harness/invariant.js';
+import { LoadDriver, settleAll } from '../../reliability/harness/load.js';
+import { startFaultApp, type FaultApp } from './app.js';
+import type { FaultStore } from './stores.js';
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export interface FaultRunOptions {
+  /** Application instances over the store. @default 2 */
+  readonly apps?: number;
+  /**
+   * Lease of the handler, ms. Longer than the settle deadline on purpose: a key still
+   * locked after the heal must show up as unsettled, not be freed by its lease running out.
+   * @default 30_000
+   */
+  readonly leaseTtl?: number;
+  readonly transactional?: boolean;
+  /** Parallel clients of the load. @default 6 */
+  readonly concurrency?: number;
+  /** Longest wait for any answer, ms: a request that outlives it is a `timeout` (a hang). */
+  readonly answerBoundMs: number;
+  /** @default random */
+  readonly seed?: number;
+}
+
+export interface FaultReport extends InvariantReport {
+  readonly unsettled: string[];
+  /** Longest answer of the whole run, ms. */
+  readonly slowestMs: number;
+}
+
+export class FaultRun {
+  readonly seed: number;
+  readonly effects: Effect[] = [];
+  readonly storeErrors: string[] = [];
+  readonly faults: { kind: string; at: number; detail?: string }[] = [];
+  apps: FaultApp[] = [];
+  client!: HarnessClient;
+  driver!: LoadDriver;
+  private loading: Promise<void> | undefined;
+  private readonly runId = randomUUID().slice(0, 8);
+
+  constructor(
+    readonly store: FaultStore,
+    private readonly options: FaultRunOptions,
+  ) {
+    this.seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
+  }
+
+  async start(): Promise<void> {
+    const count = this.options.apps ?? 2;
+    for (let i = 0; i < count; i++) {
+      const backend = await this.store.openBackend();
+      this.apps.push(
+        await startFaultApp(`app${i}`, backend, {
+          leaseTtl: this.options.leaseTtl ?? 30_000,
+          transactional: this.options.transactional,
+          effects: this.effects,
+          storeErrors: this.storeErrors,
+        }),
+      );
+    }
+    // The harness client only reads `name` and `port` of an application.
+    this.client = new HarnessClient(this.apps as unknown as AppProcess[], this.options.answerBoundMs);
+    this.driver = new LoadDriver(this.client, { keyPrefix: `f${this.runId}`, seed: this.seed, concurrency: this.options.concurrency ?? 6 });
+  }
+
+  startLoad(): void {
+    this.loading = this.driver.run();
+  }
+
+  /** Applies `fault` to every path of the store, under a phase label of its own. */
+  async fault(kind: string, apply: () => void | Promise<void>): Promise<void> {
+    this.client.phase = kind;
+    this.faults.push({ kind, at: Date.now() });
+    await apply();
+  }
+
+  /** Heals every path; later outcomes are labelled `healed`. */
+  async heal(): Promise<void> {
+    await Promise.all(this.store.proxies.map((proxy) => proxy.heal()));
+    this.faults.push({ kind: 'heal', at: Date.now() });
+    this.client.phase = 'healed';
+  }
+
+  /** One request with a key never seen, to the given instance: is the store path usable at once? */
+  probe(appIndex = 0): Promise<Outcome> {
+    return this.client.send({ key: `f${this.runId}-probe-${randomUUID()}`, payload: { probe: true }, appIndex });
+  }
+
+  outcomesIn(phase: string): Outcome[] {
+    return this.client.outcomes.filter((o) => o.phase === phase);
+  }
+
+  /** Stops the load, retries every key until it settles (or `settleDeadlineMs`), checks the invariant. */
+  async finish(settleDeadlineMs = 8_000): Promise<FaultReport> {
+    this.driver.stop();
+    await this.loading;
+    const unsettled = await settleAll(this.client, this.driver.plans, { deadlineMs: settleDeadlineMs, concurrency: 8, retryDelayMs: 100 });
+    // A store's table outlives a run (one per suite): only this run's keys count.
+    const effects = (this.store.readEffects ? await this.store.readEffects() : this.effects).filter((e) =>
+      e.key.startsWith(`f${this.runId}-`),
+    );
+    const report = checkInvariant(effects, this.client.outcomes);
+    const slowestMs = Math.max(0, ...this.client.outcomes.map((o) => o.durationMs));
+    return { ...report, unsettled, slowestMs };
+  }
+
+  describe(report: FaultReport): string {
+    const errors = [...new Set(this.storeErrors.map((e) => e.replace(/\d+/g, 'N')))].slice(0, 8);
+    return `${this.store.name} seed=${this.seed} slowest=${report.slowestMs}ms ${formatStats(report.stats)} faults=${JSON.stringify(this.faults)} storeErrors=${JSON.stringify(errors)} paths=${JSON.stringify(this.store.proxies.map((p) => ({ accepted: p.stats.accepted, open: p.stats.open, reset: p.stats.reset })))}`;
+  }
+
+  async stop(): Promise<void> {
+    this.driver?.stop();
+    await this.loading?.catch(() => undefined);
+    this.client?.close();
+    await Promise.all(this.apps.map((app) => app.close()));
+  }
+}
+
+/**
+ * What every fault run must show: the invariant (no handler ran twice for a key, every
+ * success is the one effect's), every key settled within the settle deadline (so well
+ * inside the lease: a claim left by the fault did not lock its key for a lease), no
+ * request unanswered within the bound, and effects = keys.
+ */
+export function expectFaultRun(run: FaultRun, report: FaultReport): void {
+  const context = run.describe(report);
+  const hangs = run.client.outcomes.filter((o) => o.status === 'timeout').map((o) => `${o.key} (${o.phase})`);
+  expect({ context, violations: report.violations, unsettled: report.unsettled, hangs }).toEqual({
+    context,
+    violations: [],
+    unsettled: [],
+    hangs: [],
+  });
+  expect(report.stats.effects).toBe(report.stats.keys);
+}
+
+/** Waits until the run has seen `count` answers matching `test` (or fails after `timeoutMs`). */
+export async function untilOutcomes(run: FaultRun, test: (o: Outcome) => boolean, count: number, timeoutMs: number, what: string) {
+  const deadline = Date.now() + timeoutMs;
+  while (run.client.outcomes.filter(test).length < count) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+export { isSuccess };

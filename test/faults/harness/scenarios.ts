@@ -1,0 +1,98 @@
+/**
+ * The faults every store goes through, under load with duplicates (see run.ts): a stalled
+ * path, a slow path (latency per round trip), replies reset mid-way. Each one waits on what
+ * the run records (answers of its phase), never on a sleep that must land in a window, and
+ * returns its figures for the caller to print or tabulate.
+ */
+import { expectFaultRun, FaultRun, isSuccess, untilOutcomes, type FaultReport } from './run.js';
+
+export interface FaultFigures {
+  readonly report: FaultReport;
+  /** Answers given while the fault was on (by the phase they were sent in). */
+  readonly during: { requests: number; unavailable503: number; slowest503Ms: number; slowestMs: number };
+  /** The first request after the heal (a key never seen): status and time. */
+  readonly probe: { status: number | string; durationMs: number };
+}
+
+async function warmUp(run: FaultRun): Promise<void> {
+  run.startLoad();
+  // Enough answers for every instance to have opened its connections (an ioredis Cluster
+  // opens and drops several per node in its first second): the faults hit established paths.
+  await untilOutcomes(run, (o) => isSuccess(o.status), 40, 15_000, 'successes before the fault');
+}
+
+async function afterHeal(run: FaultRun, phase: string, settleDeadlineMs?: number): Promise<FaultFigures> {
+  await run.heal();
+  // A request right after the heal: the pool and the connections work at once (no dead one left).
+  const probe = await run.probe();
+  const report = await run.finish(settleDeadlineMs);
+  expectFaultRun(run, report);
+  expect({ probe: probe.status, context: run.describe(report) }).toEqual({ probe: 201, context: run.describe(report) });
+  const during = run.outcomesIn(phase).filter((o) => typeof o.status === 'number');
+  const unavailable = during.filter((o) => o.status === 503);
+  return {
+    report,
+    during: {
+      requests: during.length,
+      unavailable503: unavailable.length,
+      slowest503Ms: Math.max(0, ...unavailable.map((o) => o.durationMs)),
+      slowestMs: Math.max(0, ...during.map((o) => o.durationMs)),
+    },
+    probe: { status: probe.status, durationMs: probe.durationMs },
+  };
+}
+
+/**
+ * Every path frozen (sockets open, nothing moves) until `answers` requests sent during the
+ * stall were answered; each must be answered (a 503 for the claims) within the run's bound.
+ */
+export async function stalledPath(run: FaultRun, answers = 8): Promise<FaultFigures> {
+  await warmUp(run);
+  await run.fault('stalled', () => run.store.proxies.forEach((proxy) => proxy.freeze()));
+  await untilOutcomes(
+    run,
+    (o) => o.phase === 'stalled' && o.status === 503,
+    answers,
+    30_000,
+    `${answers} answers to requests sent during the stall`,
+  );
+  const figures = await afterHeal(run, 'stalled');
+  expect(figures.during.unavailable503).toBeGreaterThanOrEqual(answers);
+  return figures;
+}
+
+/** Every reply `ms ± jitterMs` late, for `answers` answers; nothing may fail for it. */
+export async function slowPath(run: FaultRun, latency = { ms: 200, jitterMs: 50 }, answers = 30): Promise<FaultFigures> {
+  await warmUp(run);
+  await run.fault('slow', () => run.store.proxies.forEach((proxy) => proxy.latency({ ...latency, direction: 'reply' })));
+  await untilOutcomes(run, (o) => o.phase === 'slow', answers, 60_000, `${answers} answers on the slow path`);
+  const figures = await afterHeal(run, 'slow');
+  expect({ unavailable: figures.during.unavailable503, context: run.describe(figures.report) }).toEqual({
+    unavailable: 0,
+    context: run.describe(figures.report),
+  });
+  return figures;
+}
+
+/**
+ * Replies cut after `afterBytes` bytes (the connection reset) with chance `probability`
+ * each, until `answers` answers: the store ran the statement, the client lost its reply.
+ */
+export async function resetReplies(run: FaultRun, fault = { afterBytes: 5, probability: 0.25 }, answers = 30): Promise<FaultFigures> {
+  await warmUp(run);
+  await run.fault('reset', () => run.store.proxies.forEach((proxy) => proxy.resetMidReply({ ...fault, count: Infinity })));
+  await untilOutcomes(run, (o) => o.phase === 'reset', answers, 30_000, `${answers} answers while replies are reset`);
+  const resets = run.store.proxies.reduce((n, proxy) => n + proxy.stats.reset, 0);
+  const figures = await afterHeal(run, 'reset');
+  expect(resets).toBeGreaterThan(0);
+  return figures;
+}
+
+/** One line of figures, for a test's output and the notes. */
+export function figuresLine(name: string, fault: string, figures: FaultFigures): string {
+  const { during, probe, report } = figures;
+  return (
+    `${name} ${fault}: during=${during.requests} answers, ${during.unavailable503}×503 (slowest 503 ${during.slowest503Ms} ms, slowest answer ${during.slowestMs} ms); ` +
+    `probe after heal ${probe.status} in ${probe.durationMs} ms; keys=${report.stats.keys} effects=${report.stats.effects} violations=${report.violations.length}`
+  );
+}

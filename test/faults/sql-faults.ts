@@ -1,0 +1,55 @@
+/**
+ * The fault suite of a SQL store (TypeOrmIdempotencyStore on PostgreSQL or MariaDB), in
+ * both modes: claim / complete, and transactional (`@Idempotent({ transactional: true })`,
+ * the effect a row written in the idempotent transaction). No store option is set: the
+ * defaults must bound every answer. Called by one spec file per database.
+ */
+import { FaultRun } from './harness/run.js';
+import { figuresLine, resetReplies, slowPath, stalledPath } from './harness/scenarios.js';
+import type { FaultStore, SqlFaultStoreOptions } from './harness/stores.js';
+
+/**
+ * The default statement deadline (5 s) for the claim, plus a handler's sleep (≤ 300 ms)
+ * and one complete caught by the fault, plus slack for a shared 2-core machine.
+ */
+export const SQL_ANSWER_BOUND_MS = 7_000;
+
+export function describeSqlFaults(database: string, open: (options: SqlFaultStoreOptions) => Promise<FaultStore>): void {
+  describe.each([
+    { mode: 'claim / complete', transactional: false },
+    { mode: 'transactional', transactional: true },
+  ])(`network faults: TypeOrmIdempotencyStore on ${database}, $mode`, ({ transactional }) => {
+    let store: FaultStore;
+    let run: FaultRun | undefined;
+
+    beforeAll(async () => {
+      store = await open({ transactional });
+    }, 60_000);
+    afterAll(async () => {
+      await store?.dispose();
+    }, 30_000);
+    beforeEach(async () => {
+      run = new FaultRun(store, { answerBoundMs: SQL_ANSWER_BOUND_MS, transactional });
+      await run.start();
+    }, 30_000);
+    afterEach(async () => {
+      await Promise.all(store.proxies.map((proxy) => proxy.heal()));
+      await run?.stop();
+    }, 30_000);
+
+    it('a stalled path, no option set: every request answered (503) within the bound, no handler twice, keys usable and the pool working right after the heal', async () => {
+      const figures = await stalledPath(run!);
+      console.log(figuresLine(`${database} ${transactional ? 'tx' : 'plain'}`, 'stall', figures));
+    }, 90_000);
+
+    it('a slow path (200 ± 50 ms per round trip): no 503, no handler twice', async () => {
+      const figures = await slowPath(run!);
+      console.log(figuresLine(`${database} ${transactional ? 'tx' : 'plain'}`, 'latency', figures));
+    }, 90_000);
+
+    it('replies reset mid-way: no handler twice, every key settles after the heal', async () => {
+      const figures = await resetReplies(run!);
+      console.log(figuresLine(`${database} ${transactional ? 'tx' : 'plain'}`, 'reset', figures));
+    }, 90_000);
+  });
+}
