@@ -107,6 +107,8 @@ const backends: Array<[string, Record<string, string>]> = [
   ],
 ];
 
+afterAll(() => rmSync(workDir, { recursive: true, force: true }));
+
 describe.each(backends)('POST /refunds killed between two steps, on %s', (name, backend) => {
   const dir = join(workDir, name.startsWith('Redis') ? 'pg' : 'sqlite');
   const env = {
