@@ -1,5 +1,5 @@
 import { makeIdempotent } from '../../lib/core/make-idempotent.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
+import { IdempotencyRecordEntity, IdempotencyStepEntity, TypeOrmIdempotencyStore } from '../../lib/typeorm/index.js';
 import { createPgDataSource, createSqljsDataSource } from './support.js';
 
 /** A result as large as the default maxResponseBytes (1 MiB) allows, run once and replayed. */
@@ -23,7 +23,7 @@ async function expectLargestDefaultResultReplays(store: TypeOrmIdempotencyStore)
 // database (the MySQL / MariaDB case: test/typeorm/mariadb/result-capacity.mariadb.spec.ts).
 describe('IdempotencyRecordEntity holds the largest default result', () => {
   it('on PostgreSQL', async () => {
-    const db = await createPgDataSource({ entities: [IdempotencyRecordEntity], poolSize: 2 });
+    const db = await createPgDataSource({ entities: [IdempotencyRecordEntity, IdempotencyStepEntity], poolSize: 2 });
     try {
       const [{ type }] = await db.dataSource.query(
         "SELECT data_type AS type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idempotency_records' AND column_name = 'result'",
@@ -37,7 +37,7 @@ describe('IdempotencyRecordEntity holds the largest default result', () => {
   });
 
   it('on SQLite (sql.js)', async () => {
-    const dataSource = await createSqljsDataSource({ entities: [IdempotencyRecordEntity] });
+    const dataSource = await createSqljsDataSource({ entities: [IdempotencyRecordEntity, IdempotencyStepEntity] });
     try {
       await expectLargestDefaultResultReplays(new TypeOrmIdempotencyStore(dataSource, { entity: IdempotencyRecordEntity }));
     } finally {
