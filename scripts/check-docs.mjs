@@ -114,14 +114,35 @@ for (const file of files) {
     checked++;
   });
   for (const [app, appFiles] of docAppsOf(readFileSync(file, 'utf8'))) {
+    const appDir = join(workDir, 'apps', stem, app);
+    if (appFiles.has('prisma/schema.prisma')) generatePrismaClient(appDir, appFiles.get('prisma/schema.prisma').code);
     for (const [path, { code, lang, line }] of appFiles) {
       if (lang !== 'ts' && lang !== 'typescript') continue;
-      const target = join(workDir, 'apps', stem, app, path);
+      const target = join(appDir, path);
       mkdirSync(dirname(target), { recursive: true });
       writeFileSync(target, rewriteImports(code, dirname(target)));
       origins.set(target, { md: relative(root, file), firstLine: line });
       checked++;
     }
+  }
+}
+
+/**
+ * An app whose page shows a `prisma/schema.prisma` imports the client `prisma generate`
+ * writes from it, as the page's `npx prisma generate` does (offline: generate needs no
+ * schema engine, only a path to one).
+ */
+function generatePrismaClient(appDir, schema) {
+  mkdirSync(join(appDir, 'prisma'), { recursive: true });
+  writeFileSync(join(appDir, 'prisma', 'schema.prisma'), schema);
+  const generate = spawnSync(process.execPath, [require.resolve('prisma/build/index.js'), 'generate'], {
+    cwd: appDir,
+    encoding: 'utf8',
+    env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: process.env.PRISMA_SCHEMA_ENGINE_BINARY ?? '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
+  });
+  if (generate.status !== 0) {
+    console.error(`check-docs: prisma generate failed in ${relative(root, appDir)}:\n${generate.stdout}${generate.stderr}`);
+    finish(1);
   }
 }
 
