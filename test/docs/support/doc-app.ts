@@ -59,7 +59,7 @@ const SOURCES = ['lib', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
 
 function libHash(): string {
   if (LIB_REF) {
-    const tree = spawnSync('git', ['rev-parse', `${LIB_REF}:lib`], { cwd: root, encoding: 'utf8' });
+    const tree = spawnSync('git', ['rev-parse', ...SOURCES.map((source) => `${LIB_REF}:${source}`)], { cwd: root, encoding: 'utf8' });
     if (tree.status !== 0) throw new Error(`DOCS_LIB_REF=${LIB_REF}: ${tree.stderr}`);
     return createHash('sha256').update(tree.stdout.trim()).update(LIB_REF).digest('hex').slice(0, 16);
   }
