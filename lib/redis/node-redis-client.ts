@@ -15,8 +15,8 @@ interface NodeRedisEvalOptions {
 export interface NodeRedisClientLike {
   /** True once `connect()` was called (until closed, or its `reconnectStrategy` gave up). */
   readonly isOpen: boolean;
-  /** True while connected: with `disableOfflineQueue`, commands are refused otherwise. */
-  readonly isReady: boolean;
+  /** True while connected: with `disableOfflineQueue`, commands are refused otherwise. (node-redis 5's Cluster has none.) */
+  readonly isReady?: boolean;
   connect(): Promise<unknown>;
   eval(script: string, options?: NodeRedisEvalOptions): Promise<unknown>;
   evalSha(sha1: string, options?: NodeRedisEvalOptions): Promise<unknown>;

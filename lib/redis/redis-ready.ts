@@ -74,21 +74,25 @@ const NODE_REDIS_POLL_MS = 20;
  * a client that stops being open (closed, or its `reconnectStrategy` gave up) has ended.
  */
 async function awaitNodeRedisReady(client: NodeRedisClientLike, timeout: number, owner: string): Promise<void> {
-  if (client.isReady) return;
+  if (isNodeRedisReady(client)) return;
   let lastError: unknown;
   let ended = false;
+  // node-redis 5's Cluster has no isReady: its connect() resolving, or its 'connect' event, says it knows the slots.
+  let connected = false;
   const onError = (error: unknown) => (lastError = error);
+  const onConnect = () => (connected = typeof client.isReady !== 'boolean');
   client.on('error', onError);
+  client.on('connect', onConnect);
   try {
     if (!client.isOpen) {
       // Rejects when its reconnectStrategy gives up (or it is closed meanwhile).
-      client.connect().catch((error: unknown) => {
+      client.connect().then(onConnect, (error: unknown) => {
         lastError ??= error;
         ended = true;
       });
     }
     const deadline = performance.now() + timeout;
-    while (!client.isReady) {
+    while (!(connected || isNodeRedisReady(client))) {
       if (ended || !client.isOpen) {
         throw notReady(owner, 'has ended (closed with close() or destroy(), or its reconnectStrategy gave up)', lastError);
       }
@@ -98,5 +102,13 @@ async function awaitNodeRedisReady(client: NodeRedisClientLike, timeout: number,
     }
   } finally {
     client.removeListener('error', onError);
+    client.removeListener('connect', onConnect);
   }
+}
+
+/** `isReady`; for node-redis 5's Cluster, which has none: open and knowing its masters. */
+function isNodeRedisReady(client: NodeRedisClientLike): boolean {
+  if (typeof client.isReady === 'boolean') return client.isReady;
+  const masters = (client as { masters?: unknown }).masters;
+  return client.isOpen && Array.isArray(masters) && masters.length > 0;
 }
