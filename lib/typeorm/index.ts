@@ -25,7 +25,7 @@ export {
   createIdempotencyStepsMigration,
   type IdempotencyRecordsMigrationOptions,
 } from './store/migration.js';
-export { recordsTableDdl } from './store/dialects/registry.js';
+export { recordsTableDdl, stepsTableDdl } from './store/dialects/registry.js';
 export { parseTableName, type TableName } from './store/dialects/records-table.js';
 
 // The patterns for your own entities (patterns/).

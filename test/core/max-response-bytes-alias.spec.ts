@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError, MemoryIdempotencyStore, makeIdempotent, type MakeIdempotentOptions } from '../../lib/index.js';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore, parseTableName, recordsTableDdl } from '../../lib/typeorm/index.js';
+import {
+  IdempotencyRecordEntity,
+  TypeOrmIdempotencyStore,
+  parseTableName,
+  recordsTableDdl,
+  stepsTableDdl,
+} from '../../lib/typeorm/index.js';
 import { createMariaDataSource } from '../typeorm/mariadb/support.js';
 
 /**
@@ -75,6 +81,7 @@ describe('TypeOrmIdempotencyStore: maxResponseBytes, and maxResultBytes its depr
       // The migration's table: a MEDIUMTEXT result holds 16 MiB.
       table = `records_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
       for (const statement of recordsTableDdl(parseTableName(table), 'mysql')) await db.dataSource.query(statement);
+      for (const statement of stepsTableDdl(parseTableName(table), 'mysql')) await db.dataSource.query(statement);
     }, 60_000);
     afterAll(() => db?.destroy());
 

@@ -11,6 +11,7 @@ import {
   type TableName,
 } from '../../../sql/dialects/records-table.js';
 import { sqliteDialect } from '../../../sql/dialects/sqlite.js';
+import { stepStatements } from '../../../sql/dialects/steps-table.js';
 import { dialectOf } from '../../dialect.js';
 
 /** What the registry knows of one dialect module. */
@@ -49,6 +50,15 @@ const DIALECTS: Record<RecordDialect, DialectModule> = {
 export function recordsTableDdl(name: TableName, dialect: 'postgres' | 'sqlite' | 'mysql' = 'postgres'): string[] {
   // Any other value (from JavaScript) gets the double-quoted DDL, as it always did.
   return (DIALECTS[dialect] ?? DIALECTS.postgres).createTable(name);
+}
+
+/**
+ * The DDL of the step records table beside the records table `name` (`<table>_steps`,
+ * docs/steps.md), for the same dialects as `recordsTableDdl`. Idempotent (`IF NOT
+ * EXISTS`). The store's `verify()` wants it beside every records table.
+ */
+export function stepsTableDdl(name: TableName, dialect: 'postgres' | 'sqlite' | 'mysql' = 'postgres'): string[] {
+  return stepStatements(dialect in DIALECTS ? dialect : 'postgres', name).createTable();
 }
 
 export function dropRecordsTableDdl(name: TableName, dialect: RecordDialect): string[] {
