@@ -13,7 +13,7 @@ import { Lease } from './lease.js';
 import { OrphanClaims } from './orphan-claims.js';
 import { isResolvedPolicy } from './policy.js';
 import { decodeError, decodeValue, encodeError, deserializeOutcome, valueOutcome, type StoredOutcome } from './outcome.js';
-import { enterStepSlot, stepContext, StepSlot } from './step-context.js';
+import { stepContext, StepSlot } from './step-context.js';
 import { TimerQueue } from './timer-queue.js';
 
 // The types of an execution and of its lease, for the modules that import them from here.
@@ -65,13 +65,13 @@ export class IdempotencyEngine {
    * `IdempotencyStoreUnavailableError`.
    */
   admit(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
-    // The Nest runtime calls the handler itself once this resolves: the slot entered here,
-    // before the claim's first await, is the context its continuation runs the handler in,
-    // so step() finds the lease the claim puts in it (step-context.ts).
-    return this.claim(request, policy, enterStepSlot());
+    // The caller runs the handler itself, inside the execution's context: lease.run() for
+    // an admitted one, runWithoutProtection() for one run through an outage. Nothing is
+    // entered into the caller's own context, which its caller and other work share.
+    return this.claim(request, policy);
   }
 
-  private async claim(request: ExecutionRequest, policy: ExecutionPolicy, slot: StepSlot | undefined): Promise<Admission> {
+  private async claim(request: ExecutionRequest, policy: ExecutionPolicy): Promise<Admission> {
     // A policy from resolvePolicy() was checked once, when it was resolved; only one built by hand is checked here.
     // A constant owner: a name built per call would cost an allocation on every request.
     if (!isResolvedPolicy(policy)) checkExecutionPolicy('IdempotencyEngine', policy);
@@ -95,17 +95,13 @@ export class IdempotencyEngine {
         if (outage) this.orphanClaims.undo(policy.store, request.key, token, callStartedAt + policy.leaseTtl);
         const failOpen = outage && policy.onStoreError === 'fail-open';
         emit(policy, 'store_error', request.key, startedAt, { error, failOpen, storeLatencyMs });
-        if (failOpen) {
-          if (slot) slot.unprotected = true;
-          return { kind: 'unprotected' };
-        }
+        if (failOpen) return { kind: 'unprotected' };
         throw known ? error : new IdempotencyStoreUnavailableError(error);
       }
       const storeLatencyMs = Date.now() - callStartedAt;
       if (claim.claimed) {
         emit(policy, 'claimed', request.key, startedAt, { storeLatencyMs });
         const lease = new Lease(this, request.key, token, policy, startedAt, request.fingerprint);
-        if (slot) slot.host = lease;
         return { kind: 'execute', lease };
       }
       const record = claim.record;
@@ -148,9 +144,9 @@ export class IdempotencyEngine {
    */
   async execute<T>(request: ExecutionRequest, policy: ExecutionPolicy, fn: () => Promise<T> | T): Promise<ExecutionResult<T>> {
     // No slot in the caller's context: the function runs in one of the lease's own (lease.run).
-    const admission = await this.claim(request, policy, undefined);
+    const admission = await this.claim(request, policy);
     if (admission.kind === 'replay') return { value: replayValue(admission.outcome, policy.errorClasses) as T, replayed: true };
-    if (admission.kind === 'unprotected') return { value: await runUnprotected(fn), replayed: false };
+    if (admission.kind === 'unprotected') return { value: await runWithoutProtection(fn), replayed: false };
     const { lease } = admission;
     let value: T;
     try {
@@ -216,7 +212,7 @@ export function replayValue(outcome: StoredOutcome, errorClasses?: readonly Erro
 }
 
 /** A function run through a store outage (fail-open): its step() calls are refused, never run unrecorded. */
-function runUnprotected<T>(fn: () => Promise<T> | T): Promise<T> | T {
+export function runWithoutProtection<T>(fn: () => Promise<T> | T): Promise<T> | T {
   const slot = new StepSlot(undefined);
   slot.unprotected = true;
   return stepContext.run(slot, fn);

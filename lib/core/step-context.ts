@@ -75,16 +75,3 @@ function liveParent(): StepSlot | undefined {
 export function runWithSteps<T>(host: StepHost, fn: () => T): T {
   return stepContext.run(new StepSlot(liveParent(), host), fn);
 }
-
-/**
- * Enters a fresh, empty slot in the caller's own context and returns it, for a caller that
- * runs the handler itself after the claim (the Nest runtime): entered synchronously,
- * before the claim's first await, it is what the caller's continuation (and so the
- * handler it calls) sees; the claim then fills it. A slot left behind once its execution
- * is over is skipped by `currentSlot()`.
- */
-export function enterStepSlot(): StepSlot {
-  const slot = new StepSlot(liveParent());
-  stepContext.enterWith(slot);
-  return slot;
-}

@@ -2,7 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import { isThenable } from '../core/thenable.js';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
-import { type ExecutionRequest, type Lease } from '../core/engine.js';
+import { runWithoutProtection, type ExecutionRequest, type Lease } from '../core/engine.js';
 import { IdempotencyErrorCode, IdempotencyKeyMissingError, isIdempotencyError, type IdempotencyError } from '../core/errors.js';
 import { fingerprintOf, storageKeyOf } from '../core/hash.js';
 import { normalizeIdempotencyKey } from '../core/key.js';
@@ -180,7 +180,7 @@ export class IdempotencyRuntime {
           if (adapter.settle) await adapter.settle(context, config, 'replayed');
           return this.replay(context, config, admission.outcome, frame);
         case 'unprotected':
-          return await this.runUnprotected(context, config, call);
+          return await this.runUnprotected(context, config, call, true);
         default:
           return await this.runLeased(context, config, admission.lease, call, frame);
       }
@@ -293,7 +293,9 @@ export class IdempotencyRuntime {
       };
     }
     try {
-      value = await call.run();
+      // In the lease's own context: step() and the outgoing client find this execution
+      // there, and nothing of it reaches the caller's context (an outer handler, the connection).
+      value = await lease.run(() => call.run());
     } catch (error) {
       if (abandoned) throw error;
       if (frame) frame.onCancel = undefined;
@@ -330,12 +332,19 @@ export class IdempotencyRuntime {
    * failure under fail-open) is settled once it has ended, so a message is
    * acknowledged after its work and never before it.
    */
-  private async runUnprotected(context: ExecutionContext, config: ResolvedHandlerConfig, call: HandlerCall): Promise<unknown> {
+  private async runUnprotected(
+    context: ExecutionContext,
+    config: ResolvedHandlerConfig,
+    call: HandlerCall,
+    outage = false,
+  ): Promise<unknown> {
     const adapter = config.adapter;
-    if (!adapter.settle) return call.run();
+    // Through an outage, step() is refused (never run unrecorded); without a key it is outside any execution.
+    const run = () => (outage ? runWithoutProtection(() => call.run()) : call.run());
+    if (!adapter.settle) return run();
     let value: unknown;
     try {
-      value = await call.run();
+      value = await run();
     } catch (error) {
       const answer = await this.handlerFailed(context, config, call, error);
       await adapter.settle(context, config, 'failed', error);

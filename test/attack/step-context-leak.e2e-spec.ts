@@ -1,4 +1,4 @@
-import { Controller, Get, Module, Post, type INestApplication } from '@nestjs/common';
+import { Controller, Get, Injectable, Module, Post, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { connect } from 'node:net';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, stepKey } from '../../lib/index.js';
@@ -6,10 +6,9 @@ import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, stepKey } from '
 /**
  * Where the step context of an @Idempotent() handler reaches (issue 27): only that
  * handler's own execution. The runtime enters its slot with AsyncLocalStorage.enterWith
- * in the caller's context; these check that the connection a request came on does not
- * carry it into the next request (pipelined on the same keep-alive connection). The
- * outer handler that calls an @Idempotent provider method does see the nested slot while
- * it runs: see the attack session's notes, pending a change to the runtime.
+ * in the caller's context, so, unless the handler is run inside the slot instead, the
+ * slot is also what the caller's code (an outer handler calling an @Idempotent provider
+ * method) and the caller's caller (the connection a request came on) see afterwards.
  */
 
 /** What stepKey() says, or the name of the error it throws. */
@@ -27,12 +26,40 @@ function deferred<T = void>() {
   return { promise, resolve };
 }
 
+let innerClaimed = deferred();
+let innerGate = deferred();
 let slowStarted = deferred();
 let slowGate = deferred();
 let plainSaw = deferred<string>();
 
+@Injectable()
+class InnerJobs {
+  @Idempotent({ key: (id: string) => id })
+  async work(id: string): Promise<string> {
+    innerClaimed.resolve();
+    await innerGate.promise;
+    return id;
+  }
+}
+
 @Controller()
 class LeakController {
+  constructor(private readonly jobs: InnerJobs) {}
+
+  @Post('outer')
+  @Idempotent()
+  async outer() {
+    const before = stepKey('charge');
+    // An @Idempotent provider method started and awaited later (Promise.all, a fan-out...).
+    const inner = this.jobs.work(`job-${before}`);
+    await innerClaimed.promise;
+    const during = stepKeyOrError('charge');
+    innerGate.resolve();
+    await inner;
+    const after = stepKeyOrError('charge');
+    return { before, during, after };
+  }
+
   @Post('slow')
   @Idempotent()
   async slow() {
@@ -58,6 +85,7 @@ class LeakController {
 @Module({
   imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })],
   controllers: [LeakController],
+  providers: [InnerJobs],
 })
 class LeakModule {}
 
@@ -72,9 +100,20 @@ describe('the step context of an @Idempotent() handler reaches only its own exec
   });
   afterAll(() => app.close());
   beforeEach(() => {
+    innerClaimed = deferred();
+    innerGate = deferred();
     slowStarted = deferred();
     slowGate = deferred();
     plainSaw = deferred<string>();
+  });
+
+  it("an @Idempotent provider method started by a handler does not take over the handler's steps while it runs", async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/outer`, { method: 'POST', headers: { 'idempotency-key': 'outer-1' } });
+    expect(res.status).toBe(201);
+    const { before, during, after } = (await res.json()) as Record<string, string>;
+    // The handler's step key is its own before, while and after the nested execution runs.
+    expect(during).toBe(before);
+    expect(after).toBe(before);
   });
 
   it.each([
