@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { withReplicas } from 'drizzle-orm/pg-core';
 import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
 import { createConnection } from 'mysql2/promise';
 import { Client } from 'pg';
@@ -94,6 +95,11 @@ describe('what the Drizzle store accepts', () => {
     try {
       expect(drizzleDriverOf(drizzlePg(pgClient))).toMatchObject({ dialect: 'postgres', pool: undefined });
       expect(drizzleDriverOf(drizzleMysql(mysqlConnection))).toMatchObject({ dialect: 'mysql', pool: undefined });
+      // withReplicas(): the records go to the primary, whose session the replicated database keeps.
+      const primary = drizzlePg(pgClient);
+      expect(drizzleDriverOf(withReplicas(primary, [drizzlePg(new Client(pgPoolConfig()))]))?.client).toBe(
+        drizzleDriverOf(primary)?.client,
+      );
       const onClient = new DrizzleIdempotencyStore(drizzlePg(pgClient));
       await pgClient.connect();
       await onClient.ping();

@@ -17,6 +17,8 @@ describeStoreContract('DrizzleIdempotencyStore (MariaDB, mysql2)', async () => {
   const fixture = await createMysqlDrizzle({ poolSize: 10 });
   const store = new DrizzleIdempotencyStore(fixture.db);
   await store.ensureTable();
+  // The boot check reads the result column's capacity, the key collation and max_allowed_packet.
+  await store.verify({ maxResponseBytes: 4_000_000 });
   expect(await claimReturningOf(DrizzleSqlDatabase.of(fixture.db, 'test'))).toBe(true);
   return { store, dispose: () => fixture.destroy() };
 });
