@@ -180,3 +180,44 @@ describe.each([
     expect((error as Error).message).toMatch(/no_such_records.*does not exist.*idempotencyPgTables\('no_such_records'\)/s);
   });
 });
+
+describe('an InnoDB deadlock inside the work of a Drizzle idempotent transaction (MariaDB)', () => {
+  let ledger: Ledger;
+
+  beforeAll(async () => {
+    ledger = await mariaLedger(6);
+  });
+  afterAll(async () => {
+    await ledger.destroy();
+  });
+
+  // drizzle wraps the driver's error (errno 1213) in a DrizzleQueryError's `cause`, which
+  // lib/sql/failures.ts does not read yet (notes: R1): the rolled-back transaction is then
+  // handed to the caller instead of running again. Flip to `it` once it does.
+  it.failing('runs the transaction InnoDB rolled back again, so both transfers go through', async () => {
+    const [a, b] = [await ledger.newAccount(100), await ledger.newAccount(100)];
+    const { accounts } = ledger;
+    const locked = [0, 0];
+    let bothLocked!: () => void;
+    const meet = new Promise<void>((resolve) => (bothLocked = resolve));
+    const transfer = (key: string, first: number, second: number, me: number) =>
+      runIdempotentTransaction(ledger.db, { key }, async (tx: Ledger['db']) => {
+        await tx
+          .update(accounts)
+          .set({ balance: sql`${accounts.balance} - 1` })
+          .where(eq(accounts.id, first));
+        // The first attempt of each waits for the other to hold its first row: a deadlock.
+        if (locked[me]++ === 0) {
+          if (locked[0] > 0 && locked[1] > 0) bothLocked();
+          await meet;
+        }
+        await tx
+          .update(accounts)
+          .set({ balance: sql`${accounts.balance} + 1` })
+          .where(eq(accounts.id, second));
+        return 'moved';
+      });
+    expect(await Promise.all([transfer(randomUUID(), a, b, 0), transfer(randomUUID(), b, a, 1)])).toEqual(['moved', 'moved']);
+    expect([await ledger.balanceOf(a), await ledger.balanceOf(b)]).toEqual([100, 100]);
+  });
+});
