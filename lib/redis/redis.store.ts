@@ -71,6 +71,10 @@ const CLAIM = new LuaScript(
   'claim',
   `${LUA_NOW_MS}
 local existing = redis.call('HMGET', KEYS[1], ${FIELDS})
+if existing[1] == 'p' and existing[2] == ARGV[1] then
+  -- This very claim, sent again (the client resent it after its reply was lost): it is ours.
+  return {1, existing[3]}
+end
 if existing[1] then
   return {0, existing[1], existing[2], existing[3], existing[4], existing[5]}
 end
