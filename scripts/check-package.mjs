@@ -38,13 +38,14 @@ const OPTIONAL_PEERS = [
   '@nestjs/swagger',
   '@prisma/client',
   'redis',
+  'drizzle-orm',
   ...INTEGRATION_PEERS,
 ];
 /**
  * What an HTTP app that uses no integration must never even try to load (require or
  * import, found or not): a lazy load that fails quietly would still be a load.
  */
-const NEVER_LOADED = ['ioredis', 'typeorm', 'axios', '@nestjs/axios', '@nestjs/swagger', '@prisma/client', 'redis', '@redis/client', ...INTEGRATION_PEERS];
+const NEVER_LOADED = ['ioredis', 'typeorm', 'axios', '@nestjs/axios', '@nestjs/swagger', '@prisma/client', 'redis', '@redis/client', 'drizzle-orm', ...INTEGRATION_PEERS];
 /** Each subpath, and the peer it may need at load time (null: must load with none). */
 const SUBPATHS = {
   'nestjs-idempotency': null,
@@ -54,6 +55,7 @@ const SUBPATHS = {
   'nestjs-idempotency/state-machine': null,
   'nestjs-idempotency/client': null,
   'nestjs-idempotency/prisma': null,
+  'nestjs-idempotency/drizzle': 'drizzle-orm',
   'nestjs-idempotency/redis': 'ioredis',
   'nestjs-idempotency/typeorm': 'typeorm',
   'nestjs-idempotency/prometheus': 'prom-client',
