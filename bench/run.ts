@@ -21,7 +21,7 @@ import type { FunctionsResult } from './functions.js';
 import type { MemoryBoundResult } from './memory-bound.js';
 import { median, round } from './stats.js';
 import { describeLib } from './lib.js';
-import { ALL_STORES, storeModuleReady, type StoreName } from './stores.js';
+import { ALL_STORES, SQL_STORES, storeModuleReady, type StoreName } from './stores.js';
 
 export type Platform = 'express' | 'fastify';
 export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
@@ -160,6 +160,8 @@ function updateDocs(report: string): void {
 const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
 /** Batches of unique keys pushed through the bounded memory store: enough to see RSS level off. */
 const MEMORY_BATCHES = 5;
+/** The stores on the bench's Redis, whose script calls are also counted on the server (INFO commandstats). */
+const REDIS_STORES: readonly StoreName[] = ['redis', 'redisNear', 'node-redis'];
 export const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
 
 export function parseArgs(argv: string[]): BenchOptions {
@@ -246,12 +248,12 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--help':
         process.stdout.write(
           'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,redisNear,typeorm,mariadb] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
+            '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
             'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
             '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
-            '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis and TypeORM stores\n',
+            '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis (ioredis, node-redis) and SQL stores\n',
         );
         return process.exit(0);
       default:
@@ -443,7 +445,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
     options.cpuProfileDir,
   );
   let redis: import('ioredis').Redis | undefined;
-  if (app.stores.includes('redis') || app.stores.includes('redisNear')) {
+  if (app.stores.some((s) => REDIS_STORES.includes(s))) {
     const { Redis } = await import('ioredis');
     redis = new Redis(options.redisUrl, { lazyConnect: true });
     await redis.connect();
@@ -462,7 +464,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       connections?: number,
     ): Promise<RunSample> => {
       const before = await app.counts();
-      const onRedis = variant === 'redis' || variant === 'redisNear';
+      const onRedis = REDIS_STORES.includes(variant as StoreName);
       const serverBefore = onRedis && redis ? await redisScriptCalls(redis) : 0;
       const sample = sampleOf(await cannon(app.port, { path, key, duration }, connections ?? options.connections));
       const after = await settledCounts(app);
@@ -674,6 +676,9 @@ const STORE_LABEL: Record<StoreName, string> = {
   redisNear: 'Redis + near cache',
   typeorm: 'TypeORM/PostgreSQL',
   mariadb: 'TypeORM/MariaDB',
+  prisma: 'Prisma/PostgreSQL',
+  drizzle: 'Drizzle/PostgreSQL',
+  'node-redis': 'Redis (node-redis)',
 };
 const VARIANT_LABEL: Record<Variant, string> = { ...STORE_LABEL, interceptor: 'no-op interceptor (no store)' };
 const CASE_LABEL: Record<HttpCase, string> = {
@@ -795,7 +800,7 @@ export async function runBench(
     }
   }
   if (options.cases.includes('functions')) {
-    const stores = options.stores.filter((s) => s !== 'typeorm' && s !== 'mariadb');
+    const stores = options.stores.filter((s) => !SQL_STORES.includes(s));
     log(`makeIdempotent without HTTP: ${stores.join(', ')}`);
     result.functions = await runChild<FunctionsResult>('functions.ts', {
       stores,

@@ -4,41 +4,21 @@ import type { IdempotencyStore } from '../lib/core/index.js';
 import type { Logger as TypeOrmLogger } from 'typeorm';
 import { CountingStore } from './counting-store.js';
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
+import { openDrizzle, openNodeRedis, openPrisma } from './orm-stores.js';
+import type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
+
+export type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
 
 /**
  * `redisNear`: the Redis store with its near cache on (same Redis, own prefix);
- * `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL).
+ * `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL);
+ * `prisma`, `drizzle`: their stores on the same PostgreSQL; `node-redis`: the Redis store on
+ * a node-redis client (bench/orm-stores.ts).
  */
-export type StoreName = 'memory' | 'redis' | 'redisNear' | 'typeorm' | 'mariadb';
-export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb'];
+export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb', 'prisma', 'drizzle', 'node-redis'];
 
-export interface BenchStoreOptions {
-  /** @default 'redis://127.0.0.1:6379' */
-  redisUrl?: string;
-  /** ioredis `enableAutoPipelining`. @default false (ioredis's default) */
-  autoPipelining?: boolean;
-  /** @default 'postgres://postgres@127.0.0.1:5432/test' */
-  postgresUrl?: string;
-  /** @default 'mysql://root@127.0.0.1:3306/test' */
-  mariadbUrl?: string;
-  /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
-  runId: string;
-  /**
-   * Records kept by the memory store. The replay key is stored just before its run and
-   * nothing else is added during it, so eviction never removes it.
-   * @default the store's own default (10000)
-   */
-  memoryMaxEntries?: number;
-}
-
-/** A store under test, its call counter and what its backend saw (commands, queries). */
-export interface BenchStore {
-  name: StoreName;
-  store: CountingStore;
-  /** Commands or queries the backend client sent, counted at the client. */
-  backendCalls(): number;
-  close(): Promise<void>;
-}
+/** The stores on a SQL database (left out of the makeIdempotent case, as TypeORM's are). */
+export const SQL_STORES: readonly StoreName[] = ['typeorm', 'mariadb', 'prisma', 'drizzle'];
 
 /**
  * True when the lib under test (this tree's, or BENCH_LIB's) has the store's entry
@@ -47,6 +27,7 @@ export interface BenchStore {
  */
 export function storeModuleReady(name: StoreName): boolean {
   if (name === 'redisNear') return existsSync(join(LIB_DIR, 'redis', 'near-cache.ts'));
+  if (name === 'node-redis') return existsSync(join(LIB_DIR, 'redis', 'node-redis-client.ts'));
   return name === 'memory' || existsSync(join(LIB_DIR, name === 'mariadb' ? 'typeorm' : name, 'index.ts'));
 }
 
@@ -84,6 +65,12 @@ export async function openStore(name: StoreName, options: BenchStoreOptions): Pr
       return openTypeOrm(options, 'typeorm');
     case 'mariadb':
       return openTypeOrm(options, 'mariadb');
+    case 'prisma':
+      return openPrisma(options);
+    case 'drizzle':
+      return openDrizzle(options);
+    case 'node-redis':
+      return openNodeRedis(options);
   }
 }
 

@@ -1,0 +1,32 @@
+import type { CountingStore } from './counting-store.js';
+
+/** The stores the bench knows (bench/stores.ts says what each is). */
+export type StoreName = 'memory' | 'redis' | 'redisNear' | 'typeorm' | 'mariadb' | 'prisma' | 'drizzle' | 'node-redis';
+
+export interface BenchStoreOptions {
+  /** @default 'redis://127.0.0.1:6379' */
+  redisUrl?: string;
+  /** ioredis `enableAutoPipelining`. @default false (ioredis's default) */
+  autoPipelining?: boolean;
+  /** @default 'postgres://postgres@127.0.0.1:5432/test' */
+  postgresUrl?: string;
+  /** @default 'mysql://root@127.0.0.1:3306/test' */
+  mariadbUrl?: string;
+  /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
+  runId: string;
+  /**
+   * Records kept by the memory store. The replay key is stored just before its run and
+   * nothing else is added during it, so eviction never removes it.
+   * @default the store's own default (10000)
+   */
+  memoryMaxEntries?: number;
+}
+
+/** A store under test, its call counter and what its backend saw (commands, queries). */
+export interface BenchStore {
+  name: StoreName;
+  store: CountingStore;
+  /** Commands or queries the backend client sent, counted at the client. */
+  backendCalls(): number;
+  close(): Promise<void>;
+}
