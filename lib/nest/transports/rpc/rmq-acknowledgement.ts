@@ -99,6 +99,15 @@ export function sendDecision(channel: RmqChannelLike, message: RmqMessageLike, d
   }
 }
 
+/**
+ * A request a caller waits on (Nest's `ClientProxy.send` sets `replyTo`): whatever the
+ * handler ends with, Nest's server answers it there, an error included.
+ */
+export function isAnsweredRequest(message: RmqMessageLike): boolean {
+  const replyTo = message.properties?.replyTo;
+  return typeof replyTo === 'string' && replyTo !== '';
+}
+
 /** What is known about a delivery whose handler threw. */
 export interface DeliveryFailure {
   readonly handler: string;

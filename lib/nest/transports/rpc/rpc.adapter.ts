@@ -23,7 +23,14 @@ import {
   transportOf,
   type MessageTransport,
 } from './message-context.js';
-import { ackDecisionOf, claimDelivery, settleDelivery, settleFailedDelivery } from './rmq-acknowledgement.js';
+import {
+  ackDecisionOf,
+  claimDelivery,
+  isAnsweredRequest,
+  sendDecision,
+  settleDelivery,
+  settleFailedDelivery,
+} from './rmq-acknowledgement.js';
 import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rmq-consumers.js';
 import { declaredTransportOf, isMessageHandler, messageOperationOf } from './message-operation.js';
 import { DEFAULT_MAX_DELIVERIES } from './rmq-dead-letter.js';
@@ -173,6 +180,15 @@ export class RpcTransportAdapter implements Transport {
     if (!delivery) return;
     if (settlement === 'failed') {
       if (!claimDelivery(delivery.message)) return;
+      if (!isEventHandler(context) && isAnsweredRequest(delivery.message)) {
+        // Nest sends the error to the caller's replyTo: the caller holds the outcome and
+        // owns the retry (its retry with the same messageId runs again, the key being
+        // released). A requeue would run the handler again behind its back and answer a
+        // correlationId it no longer listens to: told "failed", it would see the effect
+        // happen anyway.
+        sendDecision(delivery.channel, delivery.message, 'ack');
+        return;
+      }
       await settleFailedDelivery(delivery.channel, delivery.message, {
         handler: config.handlerName,
         error,
