@@ -41,7 +41,7 @@ export async function runTransactional(
   if (!isTransactionalStore(store)) {
     throw new IdempotencyConfigurationError(
       `${config.handlerName} uses @Idempotent({ transactional: true }) but its store has no transactions.`,
-      'Use a TypeOrmIdempotencyStore from nestjs-idempotency/typeorm as the store of this handler or of the module.',
+      'Use a store with transactions as the store of this handler or of the module: TypeOrmIdempotencyStore (nestjs-idempotency/typeorm), PrismaIdempotencyStore (nestjs-idempotency/prisma) or DrizzleIdempotencyStore (nestjs-idempotency/drizzle).',
     );
   }
   let handlerError: { error: unknown } | undefined;

@@ -14,8 +14,9 @@ export interface TableFixes {
  * TypeORM's `QueryFailedError` on its `driverError` (and copies it up on 0.3 only).
  */
 export function sqlStateOf(error: unknown): string | undefined {
-  const candidate = error as { code?: unknown; driverError?: { code?: unknown } } | undefined;
-  const code = candidate?.driverError?.code ?? candidate?.code;
+  // drizzle-orm wraps the driver's error of a query it ran in a DrizzleQueryError whose cause it is.
+  const candidate = error as { code?: unknown; driverError?: { code?: unknown }; cause?: { code?: unknown } } | undefined;
+  const code = candidate?.driverError?.code ?? candidate?.code ?? candidate?.cause?.code;
   return typeof code === 'string' ? code : undefined;
 }
 
@@ -23,7 +24,7 @@ function messagesOf(error: unknown): string[] {
   const messages: string[] = [];
   // The cause chain is short (QueryFailedError -> driver error); the bound guards a cycle.
   let current: unknown = error;
-  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
+  for (let depth = 0; depth < 4 && isErrorLike(current); depth++) {
     messages.push(current.message);
     const next = (current as { driverError?: unknown }).driverError ?? current.cause;
     current = next === current ? undefined : next;
@@ -33,8 +34,8 @@ function messagesOf(error: unknown): string[] {
 
 /** The MySQL / MariaDB error number of a failed statement (mysql2 puts it on `errno`). */
 export function mysqlErrnoOf(error: unknown): number | undefined {
-  const candidate = error as { errno?: unknown; driverError?: { errno?: unknown } } | undefined;
-  const errno = candidate?.driverError?.errno ?? candidate?.errno;
+  const candidate = error as { errno?: unknown; driverError?: { errno?: unknown }; cause?: { errno?: unknown } } | undefined;
+  const errno = candidate?.driverError?.errno ?? candidate?.errno ?? candidate?.cause?.errno;
   return typeof errno === 'number' ? errno : undefined;
 }
 
@@ -108,7 +109,7 @@ const LOST_CLIENT_MESSAGE =
  */
 export function isConnectionLoss(error: unknown): boolean {
   let current: unknown = error;
-  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
+  for (let depth = 0; depth < 4 && isErrorLike(current); depth++) {
     // TypeORM refuses every call on a runner it released because its pg client failed.
     if (current.name === 'QueryRunnerAlreadyReleasedError') return true;
     const code = (current as { code?: unknown }).code;
@@ -143,4 +144,12 @@ export function configurationErrorOf(error: unknown, table: TableName, fixes: Ta
     );
   }
   return problem;
+}
+
+/**
+ * An error by its shape: errors made by Node's own modules (a socket's EPIPE, ECONNRESET)
+ * come from another realm under test runners such as Jest, where `instanceof Error` is false.
+ */
+function isErrorLike(value: unknown): value is Error {
+  return typeof value === 'object' && value !== null && typeof (value as { message?: unknown }).message === 'string';
 }

@@ -192,9 +192,8 @@ describe('an InnoDB deadlock inside the work of a Drizzle idempotent transaction
   });
 
   // drizzle wraps the driver's error (errno 1213) in a DrizzleQueryError's `cause`, which
-  // lib/sql/failures.ts does not read yet (notes: R1): the rolled-back transaction is then
-  // handed to the caller instead of running again. Flip to `it` once it does.
-  it.failing('runs the transaction InnoDB rolled back again, so both transfers go through', async () => {
+  // lib/sql/failures.ts reads: the transaction InnoDB rolled back runs again.
+  it('runs the transaction InnoDB rolled back again, so both transfers go through', async () => {
     const [a, b] = [await ledger.newAccount(100), await ledger.newAccount(100)];
     const { accounts } = ledger;
     const locked = [0, 0];
