@@ -15,6 +15,7 @@ import { Body, Controller, Headers, HttpException, Module, Post, type INestAppli
 import { NestFactory } from '@nestjs/core';
 import { Idempotent, IdempotencyModule, type IdempotencyStore } from '../../../lib/index.js';
 import type { Effect } from '../../reliability/harness/invariant.js';
+import { trace, tracedStore } from './trace.js';
 
 /** One instance's store, and how its effect is written (by default, in the shared in-memory log). */
 export interface FaultBackend {
@@ -39,6 +40,11 @@ export interface FaultAppOptions {
   readonly effects: Effect[];
   /** Every `store_error` event's message, for the failure messages and the figures. */
   readonly storeErrors: string[];
+  /**
+   * Keys (as the store sees them) of every `lease_lost` event: a lease that ran out before
+   * its result was written, after which a retry may run the handler again (documented).
+   */
+  readonly leaseLost?: string[];
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -62,11 +68,13 @@ export async function startFaultApp(name: string, backend: FaultBackend, options
       @Headers('x-delay-ms') delay?: string,
     ) {
       started.push(key);
+      trace({ app: name, op: 'handler', key, start: Date.now() });
       if (fail === '1') throw new HttpException({ message: 'injected failure' }, 502);
       const delayMs = Number(delay ?? 0);
       if (delayMs > 0) await sleep(delayMs);
       const effectId = randomUUID();
       await recordEffect({ key, effectId, app: name, pid: process.pid });
+      trace({ app: name, op: 'effect', key, effectId, start: Date.now() });
       return { key, effectId, app: name, payload: body.payload ?? null };
     }
   }
@@ -74,9 +82,11 @@ export async function startFaultApp(name: string, backend: FaultBackend, options
   @Module({
     imports: [
       IdempotencyModule.forRoot({
-        store: backend.store,
+        store: tracedStore(name, backend.store),
         leaseTtl: options.leaseTtl,
         onEvent: (event) => {
+          trace({ app: name, op: 'event', type: event.type, key: event.key, start: Date.now() });
+          if (event.type === 'lease_lost') options.leaseLost?.push(`${name}: ${event.key}`);
           if (event.type === 'store_error') options.storeErrors.push(`${name}: ${String((event.error as Error)?.message ?? event.error)}`);
         },
       }),
