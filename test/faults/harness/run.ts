@@ -125,6 +125,26 @@ export class FaultRun {
     return this.client.send({ key: `f${this.runId}-probe-${randomUUID()}`, payload: { probe: true }, appIndex });
   }
 
+  /**
+   * A key never seen, sent to the given instance again (the same key, as a client would)
+   * until a success or `withinMs` after the first send: how soon is the path usable? A
+   * fault that dropped connections (resets) leaves each client reconnecting with its
+   * retryStrategy's backoff, during which the store refuses at once (503; no offline
+   * queue); the probe's key must end with its one effect either way, or the run's
+   * effects = keys check would count it. Resolves with the last answer, every attempt's
+   * count and the time from the first send to that answer.
+   */
+  async probeUntilSuccess(withinMs: number, appIndex = 0): Promise<{ outcome: Outcome; attempts: number; durationMs: number }> {
+    const key = `f${this.runId}-probe-${randomUUID()}`;
+    const startedAt = Date.now();
+    for (let attempts = 1; ; attempts++) {
+      const outcome = await this.client.send({ key, payload: { probe: true }, appIndex });
+      const durationMs = Date.now() - startedAt;
+      if (isSuccess(outcome.status) || durationMs >= withinMs) return { outcome, attempts, durationMs };
+      await sleep(Math.min(50, withinMs - durationMs));
+    }
+  }
+
   outcomesIn(phase: string): Outcome[] {
     return this.client.outcomes.filter((o) => o.phase === phase);
   }
@@ -177,7 +197,7 @@ export function expectFaultRun(run: FaultRun, report: FaultReport): void {
     unsettled: [],
     hangs: [],
   });
-  expect(report.stats.effects).toBe(report.stats.keys);
+  expect({ effects: report.stats.effects, context }).toEqual({ effects: report.stats.keys, context });
 }
 
 /** Waits until the run has seen `count` answers matching `test` (or fails after `timeoutMs`). */
