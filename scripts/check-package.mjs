@@ -45,7 +45,18 @@ const OPTIONAL_PEERS = [
  * What an HTTP app that uses no integration must never even try to load (require or
  * import, found or not): a lazy load that fails quietly would still be a load.
  */
-const NEVER_LOADED = ['ioredis', 'typeorm', 'axios', '@nestjs/axios', '@nestjs/swagger', '@prisma/client', 'redis', '@redis/client', 'drizzle-orm', ...INTEGRATION_PEERS];
+const NEVER_LOADED = [
+  'ioredis',
+  'typeorm',
+  'axios',
+  '@nestjs/axios',
+  '@nestjs/swagger',
+  '@prisma/client',
+  'redis',
+  '@redis/client',
+  'drizzle-orm',
+  ...INTEGRATION_PEERS,
+];
 /** Each subpath, and the peer it may need at load time (null: must load with none). */
 const SUBPATHS = {
   'nestjs-idempotency': null,
