@@ -100,6 +100,15 @@ async function createBackend(): Promise<Backend> {
       close: backend.close,
     };
   }
+  if (kind === 'prisma') {
+    const { createPrismaBackend } = await import('./prisma-backend.js');
+    const backend = await createPrismaBackend({ schema: required('HARNESS_PG_SCHEMA'), applicationName: required('HARNESS_PG_APP_NAME') });
+    return {
+      store: backend.store,
+      recordEffect: transactional ? (effect) => backend.recordTransactionalEffect(effect) : appendEffect,
+      close: backend.close,
+    };
+  }
   throw new Error(`unknown HARNESS_STORE ${kind}`);
 }
 
