@@ -14,6 +14,17 @@ export interface DrizzleTransactionTuning {
    */
   waitTimeout?: number;
   /**
+   * Client-side deadline, ms, of each of the store's own operations on the database (a
+   * statement, taking a connection and its BEGIN, the COMMIT). Past it the request fails
+   * with `IdempotencyStoreUnavailableError` (HTTP 503, retriable), so a stalled network
+   * path or a database that stopped answering costs each request at most this long. The call fails at the deadline; the stuck connection is left to the driver (not destroyed
+   * yet: the work's own queries on the transaction are not bounded either).
+   * A duplicate that waits longer than this for a first transaction (`waitTimeout`
+   * undefined) also gets the 503. `0`: no deadline. Not applied on SQLite.
+   * @default 5_000
+   */
+  statementTimeout?: number;
+  /**
    * Isolation of the transaction. Under REPEATABLE READ and SERIALIZABLE a duplicate that
    * waited for the first transaction hits a serialization failure on the record insert
    * (PostgreSQL); the transaction is then restarted, so callers still get the replay. On

@@ -16,6 +16,17 @@ export interface PrismaTransactionTuning extends PrismaTransactionOptions {
    */
   waitTimeout?: number;
   /**
+   * Client-side deadline, ms, of each of the store's own operations on the database (a
+   * statement, taking a connection and its BEGIN, the COMMIT). Past it the request fails
+   * with `IdempotencyStoreUnavailableError` (HTTP 503, retriable), so a stalled network
+   * path or a database that stopped answering costs each request at most this long. The call fails at the deadline; the stuck connection is left to the driver (Prisma's own
+   * `timeout` ends the interactive transaction) rather than destroyed.
+   * A duplicate that waits longer than this for a first transaction (`waitTimeout`
+   * undefined) also gets the 503. `0`: no deadline. Not applied on SQLite.
+   * @default 5_000
+   */
+  statementTimeout?: number;
+  /**
    * Isolation of the transaction (see the TypeORM store's option of the same name: a
    * duplicate still replays under the stricter levels).
    * @default 'READ COMMITTED' on PostgreSQL; the server's own on MySQL and MariaDB

@@ -28,6 +28,23 @@ export interface SqlConnection {
   run(statement: Statement): Promise<SqlResult>;
 }
 
+/**
+ * The client-side deadline of a held connection (`withConnection`, `transaction`), given
+ * by the `statementTimeout` decorator (deadline.ts). An implementation that can, honours
+ * `signal`: once it aborts, the connection is stuck (a stalled network path, a server
+ * that stopped answering) and must be destroyed, never returned to the pool, where the
+ * next request would wait on it too. One that cannot still fails at the deadline.
+ */
+export interface ConnectionDeadline {
+  /** Aborted when an operation on the held connection ran past the deadline. */
+  readonly signal: AbortSignal;
+  /**
+   * Bounds one more operation on the held connection by the same deadline (the work's own
+   * statements inside an idempotent transaction); rejects at once after an abort.
+   */
+  bound<T>(operation: () => Promise<T>): Promise<T>;
+}
+
 /** The connection of an open transaction. */
 export interface SqlTransaction extends SqlConnection {
   /**
@@ -45,17 +62,21 @@ export interface SqlDatabase<Tx extends SqlTransaction = SqlTransaction> {
    * capacity, the SQLite mutex): the DataSource, the PrismaClient, the Drizzle database.
    */
   readonly identity: object;
-  /** Runs one statement on any pooled connection, outside any transaction (autocommit). */
-  run(statement: Statement): Promise<SqlResult>;
+  /**
+   * Runs one statement on any pooled connection, outside any transaction (autocommit).
+   * When `signal` aborts (the statement ran past the deadline), the connection it holds
+   * is destroyed rather than released, where the implementation can.
+   */
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult>;
   /**
    * Runs `fn` on one pooled connection held from its first statement to its last (a
    * session-level advisory lock's holder), released after.
    */
-  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T>;
+  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>, deadline?: ConnectionDeadline): Promise<T>;
   /**
    * Runs `fn` in one transaction on one connection: begins it (at `isolation`, or the
    * database's default when undefined), commits when `fn` resolves, rolls back and
    * rethrows `fn`'s error when it rejects (a failed commit rejects too). Never retries.
    */
-  transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: Tx) => Promise<T>): Promise<T>;
+  transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: Tx) => Promise<T>, deadline?: ConnectionDeadline): Promise<T>;
 }

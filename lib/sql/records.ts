@@ -17,7 +17,7 @@ import { PurgeSchedule, type PurgeReporting, type PurgeResult } from './purge-sc
 import type { SqlResult, Statement } from './statement.js';
 import { plain } from './statement.js';
 import { SqlStepRecords } from './step-records.js';
-import { runRecordTransaction, serverDialect, type SqlTransactionTuning } from './transaction.js';
+import { boundedDatabase, runRecordTransaction, serverDialect, type SqlTransactionTuning } from './transaction.js';
 
 /** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
 const MAX_CLAIM_STATEMENTS = 5;
@@ -58,8 +58,23 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
   private lockRetries = 0;
   readonly listeners = new StoreEventListeners();
 
+  private boundDb: SqlDatabase<Tx> | undefined;
+
+  /** The database under the client-side deadline (`statementTimeout`; none on SQLite), once the dialect is known. */
+  get db(): SqlDatabase<Tx> {
+    if (this.boundDb) return this.boundDb;
+    let dialect: SqlDialect;
+    try {
+      dialect = this.dialectOf();
+    } catch {
+      // Not known yet (an entity's table before initialize()): the statement fails for that reason anyway.
+      return this.rawDb;
+    }
+    return (this.boundDb = boundedDatabase(this.rawDb, dialect, this.config.tuning.statementTimeout));
+  }
+
   constructor(
-    readonly db: SqlDatabase<Tx>,
+    private readonly rawDb: SqlDatabase<Tx>,
     /** The dialect on the records table (asked on first use: TypeORM knows an entity's table only then). */
     private readonly dialectOf: () => SqlDialect,
     private readonly config: SqlRecordsConfig,

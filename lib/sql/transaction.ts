@@ -9,11 +9,14 @@ import { checkWholeNumber } from '../core/options.js';
 import type { TransactionalRequest, TransactionalResult } from '../core/store.js';
 import { MAX_ACQUIRE_ROUNDS, type Acquisition, type SqlDialect } from './dialect.js';
 import { configurationErrorOf, isConnectionLoss, transientLockErrorOf, type TableFixes } from './failures.js';
+import { withDeadline } from './deadline.js';
 import type { IdempotentIsolationLevel, SqlDatabase, SqlTransaction } from './port.js';
 
 /** What the idempotent transaction reads of a store's (or a call's) tuning; each entry point documents its own. */
 export interface SqlTransactionTuning {
   readonly waitTimeout?: number;
+  /** ms; undefined: DEFAULT_STATEMENT_TIMEOUT_MS; 0: no client-side deadline (deadline.ts). */
+  readonly statementTimeout?: number;
   readonly isolationLevel?: IdempotentIsolationLevel;
 }
 
@@ -52,6 +55,19 @@ interface FailureTrace {
   connectionLost: boolean;
 }
 
+/**
+ * `db` under the client-side deadline (`statementTimeout`), except on SQLite: an
+ * in-process database has no network path to stall, and a statement abandoned there would
+ * still hold its single connection.
+ */
+export function boundedDatabase<Tx extends SqlTransaction>(
+  db: SqlDatabase<Tx>,
+  dialect: SqlDialect,
+  ms: number | undefined,
+): SqlDatabase<Tx> {
+  return dialect.name === 'sqlite' ? db : withDeadline(db, ms);
+}
+
 /** The variant of `dialect` that the server behind `db` takes (see `SqlDialect.forServer`). */
 export async function serverDialect(db: SqlDatabase, dialect: SqlDialect): Promise<SqlDialect> {
   return dialect.forServer ? dialect.forServer(db) : dialect;
@@ -74,8 +90,9 @@ export async function runRecordTransaction<T, Tx extends SqlTransaction>(run: Re
   checkWholeNumber(`${run.owner}.runTransactional`, 'ttl', run.request.ttl, { unit: 'ms', example: '86_400_000' });
   const trace: FailureTrace = { connectionLost: false };
   try {
-    const server = await serverDialect(run.db, run.dialect);
-    const attempt = { ...run, dialect: server };
+    const db = boundedDatabase(run.db, run.dialect, run.tuning.statementTimeout);
+    const server = await serverDialect(db, run.dialect);
+    const attempt = { ...run, db, dialect: server };
     if (!server.retriedTransaction || run.nested) return await openAndAttempt(attempt, trace);
     return await retryingLockErrors(attempt, trace, server.retriedTransaction);
   } catch (error) {

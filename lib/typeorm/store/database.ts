@@ -1,8 +1,9 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { isConnectionLoss } from '../../sql/failures.js';
-import type { IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../../sql/port.js';
+import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../../sql/port.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
 import { dialectOf } from '../dialect.js';
+import { discardRunnerConnection, onAbort } from './connection-discard.js';
 import { withOwnConnection } from './lock-holder.js';
 import { sqlExecutorOf, withRunner } from './sql-executor.js';
 
@@ -19,19 +20,23 @@ export interface TypeOrmTransaction extends SqlTransaction {
 class TypeOrmDatabase implements SqlDatabase<TypeOrmTransaction> {
   constructor(readonly identity: DataSource) {}
 
-  run(statement: Statement): Promise<SqlResult> {
-    return sqlExecutorOf(this.identity).run(statement);
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+    return sqlExecutorOf(this.identity).run(statement, signal);
   }
 
-  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
+  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>, deadline?: ConnectionDeadline): Promise<T> {
     const dataSource = this.identity;
     // SQLite: the single connection, under the mutex (or the transaction's, when inside one).
     if (dialectOf(dataSource) === 'sqlite') return withRunner(dataSource, 'sqlite', (runner) => fn(connectionOn(dataSource, runner)));
-    return withOwnConnection(dataSource, (runner) => fn(connectionOn(dataSource, runner)));
+    return withOwnConnection(dataSource, (runner) => fn(connectionOn(dataSource, runner)), deadline);
   }
 
-  transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: TypeOrmTransaction) => Promise<T>): Promise<T> {
-    return withOwnConnection(this.identity, (runner) => transactionOn(this.identity, runner, isolation, fn));
+  transaction<T>(
+    isolation: IdempotentIsolationLevel | undefined,
+    fn: (tx: TypeOrmTransaction) => Promise<T>,
+    deadline?: ConnectionDeadline,
+  ): Promise<T> {
+    return withOwnConnection(this.identity, (runner) => transactionOn(this.identity, runner, isolation, fn, deadline), deadline);
   }
 }
 
@@ -44,9 +49,10 @@ export function nestedDatabase(dataSource: DataSource, outer: QueryRunner): SqlD
   const db = typeormDatabaseOf(dataSource);
   return {
     identity: dataSource,
-    run: (statement) => db.run(statement),
-    withConnection: (fn) => db.withConnection(fn),
-    transaction: (_isolation, fn) => transactionOn(dataSource, outer, undefined, fn),
+    run: (statement, signal) => db.run(statement, signal),
+    withConnection: (fn, deadline) => db.withConnection(fn, deadline),
+    transaction: (_isolation, fn, deadline) =>
+      onAbortDiscarding(dataSource, outer, deadline, () => transactionOn(dataSource, outer, undefined, fn, deadline)),
   };
 }
 
@@ -63,14 +69,60 @@ function connectionOn(dataSource: DataSource, runner: QueryRunner): SqlConnectio
   return { run: (statement) => sqlExecutorOf(dataSource).runOn(runner, statement) };
 }
 
+/** Runs `call` with the outer transaction's connection destroyed if `deadline` aborts (a nested transaction holds no connection of its own). */
+async function onAbortDiscarding<T>(
+  dataSource: DataSource,
+  runner: QueryRunner,
+  deadline: ConnectionDeadline | undefined,
+  call: () => Promise<T>,
+): Promise<T> {
+  const stopWatching = onAbort(deadline?.signal, () => discardRunnerConnection(dataSource, runner));
+  try {
+    return await call();
+  } finally {
+    stopWatching();
+  }
+}
+
+/**
+ * Bounds every query of `runner` by `deadline` until the returned function is called: the
+ * work's own statements run on the transaction's runner, and one stuck there would hold
+ * the request as long as a stuck record statement.
+ */
+function boundQueries(runner: QueryRunner, deadline: ConnectionDeadline | undefined): () => void {
+  if (!deadline) return () => undefined;
+  const own = Object.prototype.hasOwnProperty.call(runner, 'query');
+  const query = runner.query;
+  runner.query = ((...args: Parameters<QueryRunner['query']>) => deadline.bound(() => query.apply(runner, args))) as QueryRunner['query'];
+  return () => {
+    if (own) runner.query = query;
+    else delete (runner as { query?: unknown }).query;
+  };
+}
+
 async function transactionOn<T>(
   dataSource: DataSource,
   runner: QueryRunner,
   isolation: IdempotentIsolationLevel | undefined,
   fn: (tx: TypeOrmTransaction) => Promise<T>,
+  deadline?: ConnectionDeadline,
 ): Promise<T> {
   const executor = sqlExecutorOf(dataSource);
   const tx = { runner, connectionLost: false, run: (statement: Statement) => executor.runOn(runner, statement) };
+  const unbind = boundQueries(runner, deadline);
+  try {
+    return await transactionBody(runner, isolation, tx, fn);
+  } finally {
+    unbind();
+  }
+}
+
+async function transactionBody<T>(
+  runner: QueryRunner,
+  isolation: IdempotentIsolationLevel | undefined,
+  tx: TypeOrmTransaction & { connectionLost: boolean },
+  fn: (tx: TypeOrmTransaction) => Promise<T>,
+): Promise<T> {
   if (isolation) await runner.startTransaction(isolation);
   else await runner.startTransaction();
   let committing = false;

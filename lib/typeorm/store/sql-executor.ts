@@ -7,13 +7,15 @@ import { dialectOf, type RecordDialect } from '../dialect.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
 import { runPgStatement } from './pg-statement.js';
 import { transactionContext } from './transaction-context.js';
+import { discardRunnerConnection, onAbort } from './connection-discard.js';
+import { runMysqlStatementDiscarding, runPgStatementDiscarding } from './pool-checkout.js';
 
 export type { SqlResult } from '../../sql/statement.js';
 
 /** How the record statements of one DataSource reach the database. */
 export interface SqlExecutor {
-  /** One statement outside any transaction. */
-  run(statement: Statement): Promise<SqlResult>;
+  /** One statement outside any transaction; when `signal` aborts, its connection is destroyed (see connection-discard.ts). */
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult>;
   /** One statement on a connection the caller holds (a transaction's, or the purge's lock holder). */
   runOn(runner: QueryRunner, statement: Statement): Promise<SqlResult>;
 }
@@ -47,8 +49,11 @@ class RunnerExecutor implements SqlExecutor {
     private readonly dialect: RecordDialect,
   ) {}
 
-  run(statement: Statement): Promise<SqlResult> {
-    return withRunner(this.dataSource, this.dialect, (runner) => runOnRunner(runner, statement));
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+    return withRunner(this.dataSource, this.dialect, (runner) => {
+      const stopWatching = onAbort(signal, () => discardRunnerConnection(this.dataSource, runner));
+      return runOnRunner(runner, statement).finally(stopWatching);
+    });
   }
 
   runOn(runner: QueryRunner, statement: Statement): Promise<SqlResult> {
@@ -61,11 +66,12 @@ class PgPoolExecutor implements SqlExecutor {
     guardPgClientErrors(dataSource);
   }
 
-  run(statement: Statement): Promise<SqlResult> {
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
     // Looked up on every statement: destroy() and initialize() give the DataSource a new
     // pool, and after destroy() there is none (the query runner then reports the DataSource
     // as not connected, as TypeORM does).
     const pool = pgPoolOf(this.dataSource);
+    if (pool && signal) return runPgStatementDiscarding(this.dataSource, pool, statement, signal);
     if (pool) return runPgStatement(this.dataSource, pool, statement);
     return withRunner(this.dataSource, 'postgres', (runner) => runOnRunner(runner, statement));
   }
@@ -82,9 +88,10 @@ class PgPoolExecutor implements SqlExecutor {
 class MysqlPoolExecutor implements SqlExecutor {
   constructor(private readonly dataSource: DataSource) {}
 
-  run(statement: Statement): Promise<SqlResult> {
+  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
     // Looked up on every statement, as on PostgreSQL: destroy() and initialize() replace the pool.
     const pool = mysqlPoolOf(this.dataSource);
+    if (pool && signal) return runMysqlStatementDiscarding(this.dataSource, pool, statement, signal);
     if (pool) return runMysqlStatement(this.dataSource, pool, statement);
     return withRunner(this.dataSource, 'mysql', (runner) => runOnRunner(runner, statement));
   }

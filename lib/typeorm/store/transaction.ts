@@ -45,6 +45,19 @@ export interface TransactionTuning {
    * @default true
    */
   preparedStatements?: boolean;
+  /**
+   * Client-side deadline, ms, of each operation of the store on the database: a statement
+   * (the claim, the complete, the record statements of the transaction and, in an
+   * idempotent transaction, the work's own queries on its runner), the checkout of a pooled
+   * connection with its BEGIN, and the COMMIT. Past it the request fails with
+   * `IdempotencyStoreUnavailableError` (HTTP 503, retriable) and the stuck connection is
+   * destroyed, not returned to the pool: a stalled network path or a database that stopped
+   * answering costs each request at most this long. A duplicate that waits longer than this
+   * for a first transaction (`waitTimeout` undefined) also gets the 503. `0`: no deadline.
+   * Not applied on SQLite (in-process: nothing to stall).
+   * @default 5_000
+   */
+  statementTimeout?: number;
 }
 
 /** What a TypeORM idempotent transaction runs on: the DataSource's port, or the outer transaction's (nested). */
@@ -102,4 +115,5 @@ export function runRecordTransactionOn<T>(
 /** @internal Refuses a `TransactionTuning` value outside the one rule for numeric options. */
 export function checkTuning(owner: string, tuning: TransactionTuning): void {
   checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
+  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '5_000' });
 }

@@ -1,0 +1,71 @@
+import type { DataSource } from 'typeorm';
+import type { MysqlPool, PgPool, PgQueryable } from '../internals.js';
+import type { SqlResult, Statement } from '../../sql/statement.js';
+import { discardConnection, onAbort } from './connection-discard.js';
+import { runMysqlStatement } from './mysql-statement.js';
+import { runPgStatement } from './pg-statement.js';
+
+/*
+ * One statement on a connection checked out of the driver's pool for it, so that the
+ * connection is known when the statement runs past the store's deadline and can be
+ * destroyed instead of returned (`pool.query` would hand it back to the next request,
+ * stuck). `pool.query` does the same checkout inside; the cost per statement is the same.
+ */
+
+interface PgPoolClient extends PgQueryable {
+  /** Back to the pool; with an error, destroyed (pg-pool). */
+  release(error?: Error | boolean): void;
+}
+
+/** A statement of the store on a pg client of its own, destroyed if `signal` aborts. */
+export async function runPgStatementDiscarding(
+  dataSource: DataSource,
+  pool: PgPool,
+  statement: Statement,
+  signal: AbortSignal,
+): Promise<SqlResult> {
+  const client = (await (pool.connect as () => Promise<PgPoolClient>)()) as PgPoolClient;
+  // Checked out after the deadline: healthy but late, so straight back, the statement not run.
+  if (signal.aborted) {
+    client.release();
+    throw signal.reason;
+  }
+  const stopWatching = onAbort(signal, () => discardConnection(dataSource, client));
+  try {
+    return await runPgStatement(dataSource, client, statement);
+  } finally {
+    stopWatching();
+    client.release(signal.aborted ? true : undefined);
+  }
+}
+
+interface MysqlPoolConnection extends MysqlPool {
+  release(): void;
+  destroy(): void;
+}
+
+/** A statement of the store on a mysql2 connection of its own, destroyed if `signal` aborts. */
+export async function runMysqlStatementDiscarding(
+  dataSource: DataSource,
+  pool: MysqlPool,
+  statement: Statement,
+  signal: AbortSignal,
+): Promise<SqlResult> {
+  const connection = await new Promise<MysqlPoolConnection>((resolve, reject) => {
+    (pool as unknown as { getConnection(cb: (error: Error | null, connection: MysqlPoolConnection) => void): void }).getConnection(
+      (error, connection) => (error ? reject(error) : resolve(connection)),
+    );
+  });
+  if (signal.aborted) {
+    connection.release();
+    throw signal.reason;
+  }
+  const stopWatching = onAbort(signal, () => discardConnection(dataSource, connection));
+  try {
+    return await runMysqlStatement(dataSource, connection, statement);
+  } finally {
+    stopWatching();
+    // After destroy() mysql2's release is a no-op: the connection left its pool.
+    connection.release();
+  }
+}
