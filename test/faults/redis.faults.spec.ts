@@ -35,8 +35,11 @@ describe.each([
     console.log(figuresLine(store.name, 'stall', figures));
   }, 60_000);
 
-  it('a slow path (200 ± 50 ms per round trip): no 503, no handler twice', async () => {
-    const figures = await slowPath(run!);
+  // 150 ± 50 ms here (bench/faults.ts measures 200 ± 50): a Cluster command can take two
+  // round trips (a script not yet loaded on a node), which must stay inside the 1 s
+  // commandTimeout of recommendedRedisClusterOptions() on a loaded 2-core machine too.
+  it('a slow path (150 ± 50 ms per round trip): no 503, no handler twice', async () => {
+    const figures = await slowPath(run!, { ms: 150, jitterMs: 50 });
     console.log(figuresLine(store.name, 'latency', figures));
   }, 60_000);
 
