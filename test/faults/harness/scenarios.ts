@@ -83,14 +83,23 @@ export async function stalledPath(run: FaultRun, answers = 8): Promise<FaultFigu
   return figures;
 }
 
-/** Every reply `ms ± jitterMs` late, for `answers` answers; nothing may fail for it. */
-export async function slowPath(run: FaultRun, latency = { ms: 200, jitterMs: 50 }, answers = 30): Promise<FaultFigures> {
+/**
+ * Every reply `ms ± jitterMs` late, for `answers` answers. Nothing may run twice or hang;
+ * at most `maxUnavailableShare` of the answers may be 503 (0 by default: nothing may fail).
+ */
+export async function slowPath(
+  run: FaultRun,
+  latency = { ms: 200, jitterMs: 50 },
+  answers = 30,
+  maxUnavailableShare = 0,
+): Promise<FaultFigures> {
   await warmUp(run);
   await run.fault('slow', () => run.store.proxies.forEach((proxy) => proxy.latency({ ...latency, direction: 'reply' })));
   await untilOutcomes(run, (o) => o.phase === 'slow', answers, 60_000, `${answers} answers on the slow path`);
   const figures = await afterHeal(run, 'slow');
-  expect({ unavailable: figures.during.unavailable503, context: run.describe(figures.report) }).toEqual({
-    unavailable: 0,
+  const allowed = Math.floor(figures.during.requests * maxUnavailableShare);
+  expect({ unavailableWithinShare: figures.during.unavailable503 <= allowed, context: run.describe(figures.report) }).toEqual({
+    unavailableWithinShare: true,
     context: run.describe(figures.report),
   });
   return figures;
