@@ -91,7 +91,7 @@ async function runUntilAnswered(env: Record<string, string>): Promise<{ result: 
   const deadline = Date.now() + 30_000;
   for (;;) {
     const { child, line } = runChild('run', env, ['RESULT ', 'ERROR ']);
-    const printed = await line;
+    const printed = await line.finally(() => child.kill('SIGKILL'));
     if (printed.startsWith('RESULT ')) return { result: JSON.parse(printed.slice('RESULT '.length)), pid: child.pid! };
     if (!printed.includes('IdempotencyInFlightError') || Date.now() > deadline) throw new Error(`the retry failed: ${printed}`);
   }
