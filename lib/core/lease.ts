@@ -1,7 +1,7 @@
 import type { IdempotencyEventType } from './events.js';
 import { emitExecutionEvent as emit, type ExecutionPolicy } from './execution.js';
 import { serializeOutcome, type StoredOutcome } from './outcome.js';
-import { runWithSteps, type StepHost, type StepLedger } from './step-context.js';
+import { runWithSteps, type StepLedger } from './step-context.js';
 import type { IdempotencyStore } from './store.js';
 import type { TimerQueue, TimerQueueItem } from './timer-queue.js';
 
@@ -15,12 +15,15 @@ export interface LeaseOwner {
   renewalsEvery(interval: number): TimerQueue<Lease>;
 }
 
+// StepHost is checked where a lease is handed over as one (runWithSteps), not in an
+// `implements` clause: its members are @internal, and the published .d.ts would name an
+// interface the lease no longer shows once they are stripped (skipLibCheck off).
 /**
  * Ownership of one claimed key while its handler runs. Renews itself every third of
  * the lease, and is settled once: by `complete`, `fail`, `release` or `abandon`, whichever
  * comes first (later calls do nothing).
  */
-export class Lease implements TimerQueueItem, StepHost {
+export class Lease implements TimerQueueItem {
   /**
    * When the next renewal is due (`performance.now()` ms), while the lease is in its
    * renewal queue. Published (not internal): the types must show what `TimerQueueItem`
