@@ -16,8 +16,8 @@ export interface LeaseOwner {
 }
 
 // StepHost is checked where a lease is handed over as one (runWithSteps), not in an
-// `implements` clause: its members are @internal, and the published .d.ts would name an
-// interface the lease no longer shows once they are stripped (skipLibCheck off).
+// `implements` clause: its members are internal (stripped from the published .d.ts), which would name an
+// interface the lease no longer shows there (skipLibCheck off).
 /**
  * Ownership of one claimed key while its handler runs. Renews itself every third of
  * the lease, and is settled once: by `complete`, `fail`, `release` or `abandon`, whichever
