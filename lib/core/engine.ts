@@ -13,7 +13,7 @@ import { Lease } from './lease.js';
 import { OrphanClaims } from './orphan-claims.js';
 import { isResolvedPolicy } from './policy.js';
 import { decodeError, decodeValue, encodeError, deserializeOutcome, valueOutcome, type StoredOutcome } from './outcome.js';
-import { stepContext, StepSlot } from './step-context.js';
+import { runWithoutProtection } from './step-context.js';
 import { TimerQueue } from './timer-queue.js';
 
 // The types of an execution and of its lease, for the modules that import them from here.
@@ -209,13 +209,6 @@ export function replayValue(outcome: StoredOutcome, errorClasses?: readonly Erro
     default:
       throw new IdempotencyNotReplayableError(outcome.reason);
   }
-}
-
-/** A function run through a store outage (fail-open): its step() calls are refused, never run unrecorded. */
-export function runWithoutProtection<T>(fn: () => Promise<T> | T): Promise<T> | T {
-  const slot = new StepSlot(undefined);
-  slot.unprotected = true;
-  return stepContext.run(slot, fn);
 }
 
 function renewLease(lease: Lease): void {

@@ -66,12 +66,17 @@ export function currentSlot(): StepSlot | undefined {
   return undefined;
 }
 
-/** The nearest live ancestor of the caller's context: what a new slot's parent is (settled ones are not kept alive). */
-function liveParent(): StepSlot | undefined {
-  return currentSlot();
+/**
+ * Runs `fn` with `host` as the execution `step()` records under; its parent is the nearest
+ * live slot of the caller's context (settled ones are not kept alive).
+ */
+export function runWithSteps<T>(host: StepHost, fn: () => T): T {
+  return stepContext.run(new StepSlot(currentSlot(), host), fn);
 }
 
-/** Runs `fn` with `host` as the execution `step()` records under. */
-export function runWithSteps<T>(host: StepHost, fn: () => T): T {
-  return stepContext.run(new StepSlot(liveParent(), host), fn);
+/** Runs `fn` through a store outage (fail-open): its step() calls are refused, never run unrecorded. */
+export function runWithoutProtection<T>(fn: () => T): T {
+  const slot = new StepSlot(undefined);
+  slot.unprotected = true;
+  return stepContext.run(slot, fn);
 }

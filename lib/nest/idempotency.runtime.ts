@@ -2,7 +2,8 @@ import type { ExecutionContext } from '@nestjs/common';
 import { isThenable } from '../core/thenable.js';
 // Straight from the defining modules rather than the core barrel: a CommonJS barrel
 // reaches every name through a getter, and these run on every request.
-import { runWithoutProtection, type ExecutionRequest, type Lease } from '../core/engine.js';
+import { type ExecutionRequest, type Lease } from '../core/engine.js';
+import { runWithoutProtection } from '../core/step-context.js';
 import { IdempotencyErrorCode, IdempotencyKeyMissingError, isIdempotencyError, type IdempotencyError } from '../core/errors.js';
 import { fingerprintOf, storageKeyOf } from '../core/hash.js';
 import { normalizeIdempotencyKey } from '../core/key.js';
