@@ -25,6 +25,7 @@ import {
 import type { Observable } from 'rxjs';
 import { NestFactory } from '@nestjs/core';
 import { loadLib } from './lib.js';
+import { FloorInterceptor, type FloorName } from './floors.js';
 import { openStores, type BenchStore, type StoreName } from './stores.js';
 
 export interface AppConfig {
@@ -41,7 +42,7 @@ export interface AppConfig {
 
 export type ParentMessage = { id: number; type: 'counts' } | { id: number; type: 'close' };
 export type ChildMessage =
-  | { type: 'ready'; port: number; stores: StoreName[] }
+  | { type: 'ready'; port: number; stores: StoreName[]; floors: FloorName[] }
   | { type: 'failed'; error: string }
   | {
       id: number;
@@ -116,6 +117,22 @@ function buildControllers(stores: BenchStore[], slowMs: number): Type<unknown>[]
     Object.defineProperty(StoreController, 'name', { value: `${name[0].toUpperCase()}${name.slice(1)}Controller` });
     controllers.push(StoreController);
   }
+  // The floors (bench/floors.ts): the same handler, made idempotent by hand on the same client or pool.
+  for (const floor of stores.flatMap((s) => (s.floor ? [s.floor] : []))) {
+    @Controller(floor.name)
+    class FloorController {
+      @Post('first')
+      @HttpCode(201)
+      @UseInterceptors(new FloorInterceptor(floor.backend, TTL))
+      first(@Body() body: ChargeBody) {
+        return charge(body, counter);
+      }
+    }
+    Object.defineProperty(FloorController, 'name', {
+      value: `${floor.name.replace(/-(.)/g, (_, c: string) => c.toUpperCase())}Controller`,
+    });
+    controllers.push(FloorController);
+  }
   return controllers;
 }
 
@@ -164,7 +181,12 @@ if (require.main === module) {
           })();
         }
       });
-      send({ type: 'ready', port: address.port, stores: stores.map((s) => s.name) });
+      send({
+        type: 'ready',
+        port: address.port,
+        stores: stores.map((s) => s.name),
+        floors: stores.flatMap((s) => (s.floor ? [s.floor.name] : [])),
+      });
     },
     (error: unknown) => {
       send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });

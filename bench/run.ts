@@ -22,6 +22,7 @@ import type { MemoryBoundResult } from './memory-bound.js';
 import { median, round } from './stats.js';
 import { describeLib } from './lib.js';
 import { ALL_STORES, SQL_STORES, storeModuleReady, type StoreName } from './stores.js';
+import type { FloorName } from './floors.js';
 
 export type Platform = 'express' | 'fastify';
 export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
@@ -34,7 +35,7 @@ export interface BenchOptions {
   platforms: Platform[];
   /** Seconds per timed run (first execution and replay; conflict runs half as long, at least 1 s). @default 2 */
   duration: number;
-  /** @default 3 */
+  /** @default 5 */
   rounds: number;
   /** @default 50 */
   connections: number;
@@ -84,8 +85,36 @@ export interface RunSample {
   serverCommands?: number;
 }
 
-/** A decorated route: one per store, plus a no-op interceptor as the floor of any interceptor. */
-export type Variant = StoreName | 'interceptor';
+/**
+ * A decorated route: one per store, the floor of the stores that have one (bench/floors.ts),
+ * and a no-op interceptor as the floor of any interceptor.
+ */
+export type Variant = StoreName | FloorName | 'interceptor';
+
+/** The floor each library store is measured against (the same kind of client or pool, the same database). */
+export const FLOOR_OF: Record<StoreName, FloorName> = {
+  memory: 'floor-memory',
+  redis: 'floor-redis',
+  redisNear: 'floor-redis',
+  'node-redis': 'floor-redis',
+  typeorm: 'floor-postgres',
+  prisma: 'floor-postgres',
+  drizzle: 'floor-postgres',
+  mariadb: 'floor-mariadb',
+};
+
+/** A library case divided by its floor's in the same case and rounds. */
+export interface FloorComparison {
+  floor: FloorName;
+  /** library req/s ÷ floor req/s (medians). */
+  rpsRatio: number;
+  /** library added app CPU µs/request ÷ the floor's (medians over rounds, each above its bare runs). */
+  addedCpuRatio: number;
+  p50Ratio: number;
+  p99Ratio: number;
+  /** library added p50 ÷ the floor's (p50 above the bare runs around each). */
+  addedP50Ratio: number;
+}
 
 export interface CaseSummary {
   rps: number;
@@ -97,6 +126,10 @@ export interface CaseSummary {
   p99Ratio: number;
   /** Median over rounds of store p99 − bare p99, ms. */
   addedP99Ms: number;
+  /** Median over rounds of store p50 − bare p50, ms. */
+  addedP50Ms?: number;
+  /** This case against its store's floor (library stores only, when the floor ran). */
+  vsFloor?: FloorComparison;
   /** App process CPU per request, µs: less sensitive to a busy machine than req/s. */
   cpuMicrosPerRequest: number;
   /** Median over rounds of store CPU/request − bare CPU/request, µs. */
@@ -168,7 +201,7 @@ export function parseArgs(argv: string[]): BenchOptions {
   const options: BenchOptions = {
     platforms: ['express', 'fastify'],
     duration: 2,
-    rounds: 3,
+    rounds: 5,
     connections: 50,
     latencyConnections: 1,
     stores: ALL_STORES.filter(storeModuleReady),
@@ -278,6 +311,7 @@ class AppProcess {
     private readonly child: ChildProcess,
     readonly port: number,
     readonly stores: StoreName[],
+    readonly floors: FloorName[],
   ) {
     child.on('message', (message: ChildMessage) => {
       if ('id' in message) {
@@ -298,7 +332,7 @@ class AppProcess {
       child.once('exit', onExit);
       child.once('message', (message: ChildMessage) => {
         child.off('exit', onExit);
-        if (message.type === 'ready') resolvePromise(new AppProcess(child, message.port, message.stores));
+        if (message.type === 'ready') resolvePromise(new AppProcess(child, message.port, message.stores, message.floors ?? []));
         else {
           child.kill('SIGKILL');
           reject(new Error(`bench app failed to start: ${'error' in message ? message.error : JSON.stringify(message)}`));
@@ -453,7 +487,10 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
   try {
     const allBare: RunSample[] = [];
     const samples = new Map<string, { sample: RunSample; bareBefore: RunSample; bareAfter?: RunSample }[]>();
-    const variants = (c: HttpCase): Variant[] => (c === 'first' ? [...app.stores, 'interceptor'] : app.stores);
+    // The floors have no slow route: the conflict case is the library's alone.
+    const variants = (c: HttpCase): Variant[] =>
+      c === 'first' ? [...app.stores, ...app.floors, 'interceptor'] : c === 'conflict' ? app.stores : [...app.stores, ...app.floors];
+    const isStore = (v: Variant | 'bare'): v is StoreName => (app.stores as string[]).includes(v);
 
     /** One timed run, with the store calls, backend calls and app CPU it caused. */
     const measure = async (
@@ -469,7 +506,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       const sample = sampleOf(await cannon(app.port, { path, key, duration }, connections ?? options.connections));
       const after = await settledCounts(app);
       sample.cpuMicrosPerRequest = (after.cpuMicros - before.cpuMicros) / sample.requests;
-      if (variant !== 'bare' && variant !== 'interceptor') {
+      if (isStore(variant)) {
         const sum = (calls: Record<string, number>) => Object.values(calls).reduce((x, y) => x + y, 0);
         sample.storeCalls = sum(after.counts[variant]!.calls) - sum(before.counts[variant]!.calls);
         sample.backendCalls = after.counts[variant]!.backend - before.counts[variant]!.backend;
@@ -482,7 +519,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
     const warm = Math.min(0.5, options.duration / 2);
     await cannon(app.port, { path: '/bare', key: 'unique', duration: warm }, options.connections);
     await cannon(app.port, { path: '/interceptor', key: 'unique', duration: warm }, options.connections);
-    for (const s of app.stores) {
+    for (const s of [...app.stores, ...app.floors]) {
       await cannon(app.port, { path: `/${s}/first`, key: 'unique', duration: warm }, options.connections);
       await cannon(app.port, { path: `/${s}/first`, key: `warm-${runId}`, duration: warm }, options.connections);
     }
@@ -554,9 +591,10 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           p50Ratio: ratio((r) => r.p50),
           p99Ratio: ratio((r) => r.p99),
           addedP99Ms: round(median(entries.map((e) => e.sample.p99 - bareOf(e, (r) => r.p99)))),
+          addedP50Ms: round(median(entries.map((e) => e.sample.p50 - bareOf(e, (r) => r.p50))), 3),
           cpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample))), 1),
           addedCpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample) - bareOf(e, cpu))), 1),
-          ...(v === 'interceptor'
+          ...(!isStore(v)
             ? {}
             : {
                 storeCallsPerRequest: perRequest((r) => r.storeCalls),
@@ -570,6 +608,9 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           addedP99MsRounds: entries.map((e) => round(e.sample.p99 - bareOf(e, (r) => r.p99))),
         };
       }
+      for (const v of Object.keys(byVariant) as Variant[]) {
+        if (isStore(v)) byVariant[v]!.vsFloor = compareWithFloor(byVariant[v]!, FLOOR_OF[v], byVariant[FLOOR_OF[v]]);
+      }
       result.cases[c] = byVariant;
     }
     return result;
@@ -577,6 +618,21 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
     await redis?.quit().catch(() => undefined);
     await app.close();
   }
+}
+
+/** A library case against its floor's figures of the same case (undefined when the floor did not run). */
+export function compareWithFloor(library: CaseSummary, floor: FloorName, figures: CaseSummary | undefined): FloorComparison | undefined {
+  if (!figures) return undefined;
+  const ratio = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined || !(Math.abs(b) > 0) ? Number.NaN : round(a / b, 3);
+  return {
+    floor,
+    rpsRatio: ratio(library.rps, figures.rps),
+    addedCpuRatio: ratio(library.addedCpuMicrosPerRequest, figures.addedCpuMicrosPerRequest),
+    p50Ratio: ratio(library.p50Ms, figures.p50Ms),
+    p99Ratio: ratio(library.p99Ms, figures.p99Ms),
+    addedP50Ratio: ratio(library.addedP50Ms, figures.addedP50Ms),
+  };
 }
 
 function roundSample(s: RunSample): RunSample {
@@ -642,6 +698,7 @@ export function checkTargets(result: BenchResult): TargetCheck[] {
       'latency',
       `first execution, ${result.options.latencyConnections} connection${result.options.latencyConnections === 1 ? '' : 's'} (no queueing)`,
     );
+    checks.push(...floorTargets(platform, r, result.options.latencyConnections));
   }
   if (result.memory) {
     const b = result.memory.bounded;
@@ -666,6 +723,52 @@ export function checkTargets(result: BenchResult): TargetCheck[] {
   return checks;
 }
 
+/**
+ * The targets of issue 32: each library store path within a ratio of its floor (added app
+ * CPU per request, library ÷ floor), the Redis first execution's added p50 on few
+ * connections within 1.2 × the floor's, and the near cache without a first-execution tax.
+ */
+export function floorTargets(platform: Platform, r: PlatformResult, latencyConnections: number): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  const floorRatio = (c: HttpCase, s: StoreName, label: string, max: number) => {
+    const v = r.cases[c]?.[s]?.vsFloor?.addedCpuRatio;
+    if (v === undefined) return;
+    checks.push({
+      name: `${platform}: ${label} ${CASE_LABEL[c]}, added CPU ÷ floor`,
+      target: `≤ ${max.toFixed(2)}`,
+      measured: fmt(v),
+      met: v <= max,
+    });
+  };
+  for (const c of ['first', 'replay'] as const) {
+    floorRatio(c, 'redis', 'Redis', 1.15);
+    floorRatio(c, 'typeorm', 'PostgreSQL', 1.25);
+    floorRatio(c, 'mariadb', 'MariaDB', 1.25);
+    floorRatio(c, 'memory', 'memory', 1.3);
+  }
+  const p50 = r.cases.latency?.redis?.vsFloor?.addedP50Ratio;
+  if (p50 !== undefined) {
+    checks.push({
+      name: `${platform}: Redis first execution on ${latencyConnections} connection(s), added p50 ÷ floor`,
+      target: '≤ 1.20',
+      measured: fmt(p50),
+      met: p50 <= 1.2,
+    });
+  }
+  // The near cache: first executions as dear as without it, replays near a memory replay.
+  const near = (c: HttpCase, against: StoreName, label: string, max: number) => {
+    const mine = r.cases[c]?.redisNear?.addedCpuMicrosPerRequest;
+    const other = r.cases[c === 'latency' ? 'latency' : c]?.[against]?.addedCpuMicrosPerRequest;
+    if (mine === undefined || other === undefined) return;
+    const v = mine / other;
+    checks.push({ name: `${platform}: near cache, ${label}`, target: `≤ ${max.toFixed(2)}`, measured: fmt(v), met: v <= max });
+  };
+  near('first', 'redis', 'first execution added CPU ÷ without the near cache', 1.05);
+  near('latency', 'redis', `first execution on ${latencyConnections} connection(s), added CPU ÷ without`, 1.05);
+  near('replay', 'memory', 'replay added CPU ÷ a memory-store replay', 1.1);
+  return checks;
+}
+
 function fmt(value: number | undefined, digits = 2): string {
   return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits);
 }
@@ -680,7 +783,14 @@ const STORE_LABEL: Record<StoreName, string> = {
   drizzle: 'Drizzle/PostgreSQL',
   'node-redis': 'Redis (node-redis)',
 };
-const VARIANT_LABEL: Record<Variant, string> = { ...STORE_LABEL, interceptor: 'no-op interceptor (no store)' };
+const VARIANT_LABEL: Record<Variant, string> = {
+  ...STORE_LABEL,
+  interceptor: 'no-op interceptor (no store)',
+  'floor-memory': 'floor: memory by hand',
+  'floor-redis': 'floor: Redis by hand',
+  'floor-postgres': 'floor: PostgreSQL by hand',
+  'floor-mariadb': 'floor: MariaDB by hand',
+};
 const CASE_LABEL: Record<HttpCase, string> = {
   first: 'first execution',
   replay: 'replay',
@@ -709,18 +819,19 @@ export function markdownReport(result: BenchResult, { docs = false }: { docs?: b
       '',
     );
     lines.push(
-      '| case | store | req/s | × bare | p50 ms | × bare | p99 ms | × bare | added p99 ms | app CPU µs/req | added CPU µs/req | store calls / req | backend calls / req |',
+      '| case | store | req/s | × bare | × floor | p50 ms | × bare | × floor | p99 ms | × bare | × floor | added p99 ms | app CPU µs/req | added CPU µs/req | × floor | store calls / req | backend calls / req |',
     );
-    lines.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
+    lines.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
     for (const [c, byVariant] of Object.entries(r.cases) as [HttpCase, Partial<Record<Variant, CaseSummary>>][]) {
       for (const [v, x] of Object.entries(byVariant) as [Variant, CaseSummary][]) {
         const backend =
-          v === 'memory' || v === 'interceptor'
+          v === 'memory' || x.backendCallsPerRequest === undefined
             ? '–'
             : `${fmt(x.backendCallsPerRequest)}${x.serverCommandsPerRequest !== undefined ? ` (server: ${fmt(x.serverCommandsPerRequest)})` : ''}`;
+        const f = x.vsFloor;
         lines.push(
-          `| ${v === 'interceptor' ? 'reference' : c === 'latency' ? `first execution, ${o.latencyConnections} conn.` : CASE_LABEL[c]} | ${VARIANT_LABEL[v]} | ${x.rps} | **${fmt(x.rpsRatio)}** | ${fmt(x.p50Ms)} | ${fmt(x.p50Ratio)} | ${fmt(x.p99Ms)} | ${fmt(x.p99Ratio)} | ${fmt(x.addedP99Ms)} | ` +
-            `${fmt(x.cpuMicrosPerRequest, 0)} | ${fmt(x.addedCpuMicrosPerRequest, 0)} | ${v === 'interceptor' ? '–' : fmt(x.storeCallsPerRequest)} | ${backend} |`,
+          `| ${v === 'interceptor' ? 'reference' : c === 'latency' ? `first execution, ${o.latencyConnections} conn.` : CASE_LABEL[c]} | ${VARIANT_LABEL[v]} | ${x.rps} | **${fmt(x.rpsRatio)}** | ${fmt(f?.rpsRatio)} | ${fmt(x.p50Ms)} | ${fmt(x.p50Ratio)} | ${fmt(c === 'latency' ? f?.addedP50Ratio : f?.p50Ratio)} | ${fmt(x.p99Ms)} | ${fmt(x.p99Ratio)} | ${fmt(f?.p99Ratio)} | ${fmt(x.addedP99Ms)} | ` +
+            `${fmt(x.cpuMicrosPerRequest, 0)} | ${fmt(x.addedCpuMicrosPerRequest, 0)} | **${fmt(f?.addedCpuRatio)}** | ${x.storeCallsPerRequest === undefined ? '–' : fmt(x.storeCallsPerRequest)} | ${backend} |`,
         );
       }
     }

@@ -1,4 +1,5 @@
 import type { CountingStore } from './counting-store.js';
+import type { FloorBackend, FloorName } from './floors.js';
 
 /** The stores the bench knows (bench/stores.ts says what each is). */
 export type StoreName = 'memory' | 'redis' | 'redisNear' | 'typeorm' | 'mariadb' | 'prisma' | 'drizzle' | 'node-redis';
@@ -28,5 +29,7 @@ export interface BenchStore {
   store: CountingStore;
   /** Commands or queries the backend client sent, counted at the client. */
   backendCalls(): number;
+  /** The store path done by hand on the same client or pool (bench/floors.ts), for the stores that have one. */
+  floor?: { name: FloorName; backend: FloorBackend };
   close(): Promise<void>;
 }

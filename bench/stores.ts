@@ -3,6 +3,16 @@ import { join } from 'node:path';
 import type { IdempotencyStore } from '../lib/core/index.js';
 import type { Logger as TypeOrmLogger } from 'typeorm';
 import { CountingStore } from './counting-store.js';
+import {
+  createMariadbFloorTable,
+  createPostgresFloorTable,
+  mariadbFloor,
+  memoryFloor,
+  postgresFloor,
+  redisFloor,
+  type FloorMysqlPool,
+  type FloorPgPool,
+} from './floors.js';
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
 import { openDrizzle, openNodeRedis, openPrisma } from './orm-stores.js';
 import type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
@@ -54,6 +64,7 @@ export async function openStore(name: StoreName, options: BenchStoreOptions): Pr
         name,
         store,
         backendCalls: () => store.counts.claim + store.counts.complete + store.counts.release + store.counts.renew,
+        floor: { name: 'floor-memory', backend: memoryFloor() },
         close: async () => {},
       };
     }
@@ -107,9 +118,11 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
   };
   const prefix = near ? `bench:${options.runId}:near:` : `bench:${options.runId}:`;
   const redisStore = new RedisIdempotencyStore(counted as never, near ? { prefix, nearCache: true } : { prefix });
+  const floorPrefix = `bench:${options.runId}:floor:`;
   const close = async () => {
     await redisStore.close?.();
     await deleteByPrefix(client, prefix);
+    if (!near) await deleteByPrefix(client, floorPrefix);
     await client.quit();
   };
   if (near) {
@@ -124,7 +137,14 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
   }
-  return { name: near ? 'redisNear' : 'redis', store: new CountingStore(redisStore), backendCalls: () => commands, close };
+  return {
+    name: near ? 'redisNear' : 'redis',
+    store: new CountingStore(redisStore),
+    backendCalls: () => commands,
+    // The floor of both Redis variants, on the plain store's client.
+    ...(near ? {} : { floor: { name: 'floor-redis' as const, backend: redisFloor(client, floorPrefix) } }),
+    close,
+  };
 }
 
 /** Removes the bench's records from the shared Redis. */
@@ -171,15 +191,26 @@ async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariad
   await createTable(lib, dataSource, table);
   const inner = new lib.TypeOrmIdempotencyStore(dataSource, { tableName: table }) as IdempotencyStore;
   const store = new CountingStore(inner);
+  // The floor runs on the pool the store's own statements run on (TypeORM's driver pool).
+  const floorTable = `${table}_floor`;
+  const driver = dataSource.driver as unknown as { master?: FloorPgPool; pool?: FloorMysqlPool };
+  let floor: BenchStore['floor'];
+  if (name === 'mariadb') {
+    await createMariadbFloorTable(driver.pool!, floorTable);
+    floor = { name: 'floor-mariadb', backend: mariadbFloor(driver.pool!, floorTable) };
+  } else {
+    await createPostgresFloorTable(driver.master!, floorTable);
+    floor = { name: 'floor-postgres', backend: postgresFloor(driver.master!, floorTable) };
+  }
   const before = queries;
+  const quote = (t: string) => (name === 'mariadb' ? `\`${t}\`` : `"${t}"`);
   return {
     name,
     store,
     backendCalls: () => queries - before,
+    floor,
     close: async () => {
-      await dataSource
-        .query(name === 'mariadb' ? `DROP TABLE IF EXISTS \`${table}\`` : `DROP TABLE IF EXISTS "${table}"`)
-        .catch(() => undefined);
+      for (const t of [table, floorTable]) await dataSource.query(`DROP TABLE IF EXISTS ${quote(t)}`).catch(() => undefined);
       await dataSource.destroy();
     },
   };

@@ -41,12 +41,18 @@ describe('bench harness', () => {
     for (const field of ['rps', 'p50Ms', 'p99Ms', 'rpsRatio', 'p50Ratio', 'p99Ratio', 'cpuMicrosPerRequest'] as const) {
       expect(Number.isFinite(memory[field])).toBe(true);
     }
-    // The no-op interceptor reference runs beside the stores.
+    // The no-op interceptor reference runs beside the stores, and the memory floor (bench/floors.ts)
+    // too, with the library's case divided by it.
     expect(first.interceptor?.rounds).toHaveLength(1);
+    expect(first['floor-memory']?.rounds).toHaveLength(1);
+    expect(first['floor-memory']?.non2xx).toBe(0);
+    expect(memory.vsFloor?.floor).toBe('floor-memory');
+    expect(memory.vsFloor!.rpsRatio).toBeCloseTo(memory.rps / first['floor-memory']!.rps, 2);
     expect(result.http.fastify!.bare.rounds.length).toBeGreaterThanOrEqual(2);
 
     const targets = checkTargets(result);
     expect(targets.map((t) => t.name)).toContain('fastify: memory first execution');
+    expect(targets.map((t) => t.name)).toContain('fastify: memory first execution, added CPU ÷ floor');
     const report = markdownReport(result);
     expect(report).toContain('| first execution | memory |');
   }, 30_000);
