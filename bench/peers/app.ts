@@ -3,7 +3,8 @@
  * (Express or Fastify) with one POST handler mounted bare (`/bare`), under this
  * library's `@Idempotent()` (`/ours/first`) and under @node-idempotency/nestjs's
  * (`/peer/first`), both on the same kind of store (memory, or Redis), so that the
- * parent can interleave the three.
+ * parent can interleave the three. Store `redisNear`: this library's Redis store with
+ * its near cache on, beside the peer on plain Redis (the peer has no near cache).
  */
 import { PEERS_DIR } from './nest11.js';
 import 'reflect-metadata';
@@ -14,7 +15,7 @@ import { loadLib, loadLibModule } from '../lib.js';
 
 export interface PeersAppConfig {
   platform: 'express' | 'fastify';
-  store: 'memory' | 'redis';
+  store: 'memory' | 'redis' | 'redisNear';
   runId: string;
   redisUrl: string;
   /** ioredis `enableAutoPipelining` of this library's client, as in bench/stores.ts. */
@@ -43,6 +44,16 @@ function peerRequire<T>(name: string): T {
   return require(require.resolve(name, { paths: [PEERS_DIR] })) as T;
 }
 
+/** Waits until the near cache answers (its tracking proven), so that it is measured on and not while it switches on. */
+async function nearCacheOn(store: import('../../lib/redis/index.js').RedisIdempotencyStore): Promise<void> {
+  await store.verify();
+  const deadline = Date.now() + 5_000;
+  while (!store.nearCacheStats()?.enabled) {
+    if (Date.now() > deadline) throw new Error('the near cache did not switch on within 5 s');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 async function start(config: PeersAppConfig): Promise<{ app: INestApplication; close: () => Promise<void> }> {
   const lib = loadLib();
   const peer = peerRequire<Record<string, any>>('@node-idempotency/nestjs');
@@ -50,7 +61,8 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
   const closers: Array<() => Promise<void>> = [];
 
   let store: InstanceType<typeof lib.MemoryIdempotencyStore> | import('../../lib/core/index.js').IdempotencyStore;
-  if (config.store === 'redis') {
+  if (config.store === 'redis' || config.store === 'redisNear') {
+    const near = config.store === 'redisNear';
     const { Redis } = await import('ioredis');
     const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../../lib/redis/index.js')>('redis/index.ts');
     // As bench/stores.ts creates it, so that both benches measure the same client.
@@ -61,8 +73,14 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
     });
     client.on('error', () => undefined);
     await client.connect();
-    store = new RedisIdempotencyStore(client, { prefix: `${prefix}ours:` });
+    // The near cache's records under their own prefix, as in bench/stores.ts.
+    const redisStore = new RedisIdempotencyStore(
+      client,
+      near ? { prefix: `${prefix}ours-near:`, nearCache: true } : { prefix: `${prefix}ours:` },
+    );
+    store = redisStore;
     closers.push(async () => {
+      await redisStore.close();
       let cursor = '0';
       do {
         const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
@@ -71,6 +89,7 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
       } while (cursor !== '0');
       await client.quit();
     });
+    if (near) await nearCacheOn(redisStore);
   } else {
     store = new lib.MemoryIdempotencyStore();
   }
@@ -102,7 +121,7 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
     }
   }
 
-  const peerStorage = config.store === 'redis' ? { adapter: 'redis', options: { url: config.redisUrl } } : { adapter: 'memory' };
+  const peerStorage = config.store !== 'memory' ? { adapter: 'redis', options: { url: config.redisUrl } } : { adapter: 'memory' };
   @Module({
     imports: [
       lib.IdempotencyModule.forRoot({ isGlobal: true }),

@@ -1,7 +1,7 @@
 /**
  * This library beside @node-idempotency/nestjs 1.0.4, in the harness of bench/run.ts:
  *
- *   npm run bench:peers                                   # Express then Fastify, memory and Redis, ~8 min
+ *   npm run bench:peers                                   # Express then Fastify, memory, Redis and Redis + near cache, ~12 min
  *   npm run bench:peers -- --platform express --stores redis --rounds 3
  *
  * The peer's peer range stops at NestJS 10, so both run on NestJS 11, installed into
@@ -9,21 +9,25 @@
  * test leg is). One app process per platform and store holds the bare handler, this
  * library's `@Idempotent()` and the peer's, on the same kind of store; runs are
  * interleaved (bare, ours, bare, peer, bare, ...; which side goes first alternates by
- * round) and each is divided by the mean of the bare runs around it. Not part of
- * `npm test` or CI: it takes minutes and its figures are timings.
+ * round) and each is divided by the mean of the bare runs around it. Store
+ * `redisNear` is this library's Redis store with its near cache on, beside the peer on
+ * plain Redis (it has no near cache): the report puts it in a column of the Redis row.
+ * Not part of `npm test` or CI: it takes minutes and its figures are timings.
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { writeCharts } from '../chart.js';
 import { BODY, cannon, sampleOf, type RunSample } from '../run.js';
 import { describeLib } from '../lib.js';
 import { median, round } from '../stats.js';
 import type { PeersAppConfig, PeersChildMessage } from './app.js';
 
 type Platform = 'express' | 'fastify';
-type Store = 'memory' | 'redis';
+type Store = 'memory' | 'redis' | 'redisNear';
+const ALL_STORES: readonly Store[] = ['memory', 'redis', 'redisNear'];
 type Case = 'first' | 'replay';
 type Side = 'ours' | 'peer';
 
@@ -75,7 +79,7 @@ const END = '<!-- bench:peers:end -->';
 function parseArgs(argv: string[]): PeersOptions {
   const options: PeersOptions = {
     platforms: ['express', 'fastify'],
-    stores: ['memory', 'redis'],
+    stores: [...ALL_STORES],
     cases: ['first', 'replay'],
     duration: 2,
     rounds: 5,
@@ -88,17 +92,20 @@ function parseArgs(argv: string[]): PeersOptions {
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split('=', 2);
     const value = () => inline ?? argv[++i];
-    const list = <T extends string>(allowed: readonly T[]) => {
-      const items = value().split(',') as T[];
+    // `both` is read by the same value() call as a list: a second call would take the next argument.
+    const list = <T extends string>(allowed: readonly T[], both?: readonly T[]) => {
+      const raw = value();
+      if (both && raw === 'both') return [...both];
+      const items = raw.split(',') as T[];
       for (const item of items) if (!allowed.includes(item)) throw new Error(`${flag}: unknown value ${item}`);
       return items;
     };
     switch (flag) {
       case '--platform':
-        options.platforms = value() === 'both' ? ['express', 'fastify'] : list(['express', 'fastify'] as const);
+        options.platforms = list(['express', 'fastify'] as const, ['express', 'fastify'] as const);
         break;
       case '--stores':
-        options.stores = list(['memory', 'redis'] as const);
+        options.stores = list(ALL_STORES);
         break;
       case '--cases':
         options.cases = list(['first', 'replay'] as const);
@@ -129,7 +136,7 @@ function parseArgs(argv: string[]): PeersOptions {
         break;
       case '--help':
         process.stdout.write(
-          'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis] [--cases first,replay]\n' +
+          'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis,redisNear] [--cases first,replay]\n' +
             '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--auto-pipelining] [--out file] [--no-docs]\n' +
             '  [--report file.json]   only re-render the report (and the docs) from an earlier run\n' +
             '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
@@ -256,7 +263,7 @@ async function runOne(
   const app = await PeersApp.start({
     platform,
     store,
-    runId: `${runId}${platform[0]}${store[0]}`,
+    runId: `${runId}${platform[0]}${store === 'redisNear' ? 'n' : store[0]}`,
     redisUrl: options.redisUrl,
     autoPipelining: options.autoPipelining,
   });
@@ -319,31 +326,45 @@ async function runOne(
   }
 }
 
-/** One row per platform and store (kept short: docs/performance.md shows it). */
+/**
+ * One row per platform and store (kept short: docs/performance.md shows it). The near
+ * cache (`redisNear`) is a column of the Redis row, and the peer of that row is the one
+ * measured beside plain Redis when there is one.
+ */
 export function peersReport(result: PeersResult): string {
   const ratio = (s: SideSummary) =>
     `${s.rpsRatio.toFixed(2)} (${s.rpsRatioMin.toFixed(2)}–${s.rpsRatioMax.toFixed(2)})${s.non2xx || s.errors ? ` ⚠ ${s.non2xx} non-2xx, ${s.errors} errors` : ''}`;
   const lines = [
     `Run ${result.generatedAt.slice(0, 16).replace('T', ' ')} UTC · NestJS ${result.nest} · @node-idempotency/nestjs ${result.peer} · Node ${result.machine.node} · ` +
       `${result.machine.cpus} CPUs, load ${result.machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(' ')} · ` +
-      `${result.options.connections} connections · ${result.options.duration} s × ${result.options.rounds} interleaved rounds · × bare: median (min–max) · added app CPU µs/req`,
+      `${result.options.connections} connections · ${result.options.duration} s × ${result.options.rounds} interleaved rounds · × bare: median (min–max) · ` +
+      "near cache: this library's Redis store with `nearCache: true` · added app CPU µs/req",
     '',
-    '| platform, store | first: this library | first: the peer | replay: this library | replay: the peer | added CPU, first / replay: this library · the peer |',
-    '|---|--:|--:|--:|--:|--:|',
+    '| platform, store | first: this library | first: near cache | first: the peer | replay: this library | replay: near cache | replay: the peer | ' +
+      'added CPU, first / replay: this library · near cache · the peer |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
   ];
-  const seen = new Set<string>();
+  const rows: { platform: Platform; store: 'memory' | 'redis' }[] = [];
   for (const r of result.results) {
-    const id = `${r.platform} ${r.store}`;
-    if (seen.has(id)) continue;
-    seen.add(id);
-    const of = (c: Case) => result.results.find((x) => x.platform === r.platform && x.store === r.store && x.case === c);
-    const first = of('first');
-    const replay = of('replay');
-    const cell = (x: typeof first, side: Side) => (x ? ratio(x[side]) : '–');
-    const cpu = (side: Side) => `${first?.[side].addedCpuMicrosPerRequest ?? '–'} / ${replay?.[side].addedCpuMicrosPerRequest ?? '–'}`;
+    const store = r.store === 'memory' ? 'memory' : 'redis';
+    if (!rows.some((x) => x.platform === r.platform && x.store === store)) rows.push({ platform: r.platform, store });
+  }
+  for (const { platform, store } of rows) {
+    const of = (s: Store, c: Case) => result.results.find((x) => x.platform === platform && x.store === s && x.case === c);
+    const cells = (c: Case) => {
+      const plain = of(store, c);
+      const near = store === 'redis' ? of('redisNear', c) : undefined;
+      const peer = (plain ?? near)?.peer;
+      return {
+        text: [plain ? ratio(plain.ours) : '–', near ? ratio(near.ours) : '–', peer ? ratio(peer) : '–'],
+        cpu: [plain?.ours, near?.ours, peer].map((s) => s?.addedCpuMicrosPerRequest ?? '–'),
+      };
+    };
+    const first = cells('first');
+    const replay = cells('replay');
+    const cpu = first.cpu.map((x, i) => `${x} / ${replay.cpu[i]}`).join(' · ');
     lines.push(
-      `| ${r.platform === 'express' ? 'Express' : 'Fastify'}, ${r.store === 'redis' ? 'Redis' : 'memory'} | ${cell(first, 'ours')} | ${cell(first, 'peer')} | ` +
-        `${cell(replay, 'ours')} | ${cell(replay, 'peer')} | ${cpu('ours')} · ${cpu('peer')} |`,
+      `| ${platform === 'express' ? 'Express' : 'Fastify'}, ${store === 'redis' ? 'Redis' : 'memory'} | ${first.text.join(' | ')} | ${replay.text.join(' | ')} | ${cpu} |`,
     );
   }
   return lines.join('\n');
@@ -396,7 +417,15 @@ async function main(): Promise<void> {
   writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
   writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
   process.stdout.write('\n' + report + '\n');
-  if (options.updateDocs && options.out === DEFAULT_OUT && !process.env.BENCH_LIB) updateDocs(report);
+  if (options.updateDocs && options.out === DEFAULT_OUT && !process.env.BENCH_LIB) {
+    updateDocs(report);
+    // The peers chart of the docs is drawn from this file (and the others from bench/results/latest.json);
+    // the figures are saved already, so a chart that cannot be drawn is said, not fatal.
+    await writeCharts(dirname(DEFAULT_OUT), join(ROOT, 'docs', 'images')).then(
+      (files) => files.forEach((file) => log(`Wrote ${file}`)),
+      (error: unknown) => log(`bench:peers: charts not redrawn: ${error instanceof Error ? error.message : String(error)}`),
+    );
+  }
 }
 
 if (require.main === module) {
