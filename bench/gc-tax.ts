@@ -100,7 +100,7 @@ async function child(config: Config): Promise<void> {
   new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
       gcMs += entry.duration;
-      const kind = KINDS[(entry.detail as { kind: number }).kind] ?? 'other';
+      const kind = KINDS[(entry as unknown as { detail: { kind: number } }).detail.kind] ?? 'other';
       gcByKind[kind] = (gcByKind[kind] ?? 0) + 1;
     }
   }).observe({ entryTypes: ['gc'] });
@@ -203,7 +203,7 @@ class App {
       if (m.id !== undefined) this.waiting.get(m.id)?.(m.stats!);
     });
   }
-  ask(message: Omit<Request, 'id'> & { type: Request['type'] }): Promise<Stats> {
+  ask(message: Record<string, unknown> & { type: Request['type'] }): Promise<Stats> {
     const id = this.next++;
     return new Promise((r) => {
       this.waiting.set(id, r);
