@@ -1,0 +1,187 @@
+/**
+ * Removal of expired records while claims run, for bench/scale.ts. SQL: the store's own
+ * `purgeExpired()` (batches of `purgeBatchSize` under its advisory lock) on a table of
+ * expired and live records, with claims at concurrency 16 before, during and after it.
+ * Redis has no purge: its own key expiry forgets a record; the same claims run while
+ * Redis expires a population that all expires at one instant.
+ */
+import type { IdempotencyStore } from '../lib/core/index.js';
+import { claimsUntil, type ClaimLoop, type OpStats } from './scale-measure.js';
+import type { RedisTarget, RawRecord } from './scale-redis.js';
+import type { RecordRow, SqlTarget } from './scale-sql.js';
+import { round } from './stats.js';
+
+export interface ClaimsWindow {
+  stats: OpStats;
+  perSecond: number;
+  ms: number;
+}
+
+export interface PurgeFigures {
+  expired: number;
+  live: number;
+  fillMs: number;
+  /** Rows the purge deleted, how long it took, rows per second. */
+  deleted: number;
+  purgeMs: number;
+  rowsPerSecond: number;
+  batchSize: number;
+  before: ClaimsWindow;
+  during: ClaimsWindow;
+  after: ClaimsWindow;
+  /** Claims' p99 during the purge ÷ the mean of before and after. */
+  p99Ratio: number;
+  /** Expired rows left once the purge returned (0 expected). */
+  expiredLeft: number;
+  explain: string[];
+}
+
+const CONCURRENCY = 16;
+
+/** Claims for `ms` milliseconds (at least 500 of them). */
+function claimsFor(
+  store: IdempotencyStore,
+  fingerprint: string | undefined,
+  ms: number,
+  loop: Partial<ClaimLoop> = {},
+): Promise<ClaimsWindow> {
+  const end = Date.now() + ms;
+  return claimsUntil(store, fingerprint, { concurrency: CONCURRENCY, done: () => Date.now() >= end, minOps: 500, ...loop });
+}
+
+function ratioOf(before: ClaimsWindow, during: ClaimsWindow, after: ClaimsWindow): number {
+  return round(during.stats.p99 / ((before.stats.p99 + after.stats.p99) / 2), 2);
+}
+
+/**
+ * `expired` records whose retention ended 1 to 2 hours ago and `live` ones, copies of
+ * `template`, in `table` (made by the migration); then claims before, during and after
+ * one `purgeExpired()`.
+ */
+export async function sqlPurge(
+  target: SqlTarget,
+  table: string,
+  template: RecordRow,
+  counts: { expired: number; live: number },
+  windowMs: number,
+  log: (line: string) => void,
+): Promise<PurgeFigures> {
+  const hour = 3_600_000;
+  let fillMs = await target.fill(table, 'plive:', template, 0, counts.live, { latestExpiry: template.expires_at, spreadMs: 12 * hour });
+  fillMs += await target.fill(table, 'pexp:', template, 0, counts.expired, { latestExpiry: Date.now() - hour, spreadMs: hour });
+  log(`purge table filled (${counts.expired} expired + ${counts.live} live) in ${fillMs} ms`);
+  await target.settle(table);
+  const explain = await target.explainPurge(table, 1000);
+  const store = target.store(table) as IdempotencyStore & {
+    purgeExpired(): Promise<{ ran: boolean; deleted: number }>;
+    purgeBatchSize: number;
+  };
+  const fingerprint = template.fingerprint ?? undefined;
+  await claimsFor(store, fingerprint, 1_000);
+  const before = await claimsFor(store, fingerprint, windowMs);
+  let purged: { ran: boolean; deleted: number } | undefined;
+  let failure: unknown;
+  const startedAt = Date.now();
+  const purge = store.purgeExpired().then(
+    (result) => (purged = result),
+    (error: unknown) => (failure = error),
+  );
+  const during = await claimsUntil(store, fingerprint, {
+    concurrency: CONCURRENCY,
+    done: () => purged !== undefined || failure !== undefined,
+    minOps: 500,
+  });
+  await purge;
+  if (failure) throw failure;
+  const purgeMs = Date.now() - startedAt;
+  if (!purged?.ran) throw new Error('purgeExpired() did not run (another purge held the lock)');
+  const after = await claimsFor(store, fingerprint, windowMs);
+  const [left] = (await target.dataSource.query(
+    `SELECT COUNT(*) AS n FROM ${target.quoted(table)} WHERE ${target.kind === 'mariadb' ? '`expires_at`' : '"expires_at"'} < ${Date.now() - 30 * 60_000}`,
+  )) as Array<{ n: unknown }>;
+  return {
+    ...counts,
+    fillMs,
+    deleted: purged.deleted,
+    purgeMs,
+    rowsPerSecond: round((purged.deleted / purgeMs) * 1000, 0),
+    batchSize: store.purgeBatchSize,
+    before,
+    during,
+    after,
+    p99Ratio: ratioOf(before, during, after),
+    expiredLeft: Number(left.n),
+    explain,
+  };
+}
+
+export interface RedisExpiryFigures {
+  keys: number;
+  fillMs: number;
+  /** From the expiry instant until a sample of the keys is gone, ms (bounded by the deadline). */
+  expiryMs: number;
+  keysPerSecond: number;
+  /** Share of the sample still there when the wait ended (0 expected). */
+  leftShare: number;
+  before: ClaimsWindow;
+  during: ClaimsWindow;
+  after: ClaimsWindow;
+  p99Ratio: number;
+  /** True when the fill ended after the expiry instant (then "before" is partly during). */
+  late: boolean;
+}
+
+/**
+ * `keys` copies of the record, all set to expire (PEXPIREAT) at one instant after the
+ * fill, `fillRate` keys/s estimating when that is; claims of another store before,
+ * while Redis's active expiry removes them, and after.
+ */
+export async function redisExpiry(
+  target: RedisTarget,
+  store: IdempotencyStore,
+  prefix: string,
+  raw: RawRecord,
+  keys: number,
+  fillRate: number,
+  windowMs: number,
+): Promise<RedisExpiryFigures> {
+  // Claims here hold 10-minute leases, so that none of them expires during the test: what
+  // Redis counts as expired (INFO stats expired_keys) is then the population (and what
+  // other users of this Redis let expire meanwhile).
+  const loop = { leaseTtl: 600_000 };
+  const expireAt = Date.now() + Math.ceil((keys / fillRate) * 1.5) + windowMs + 5_000;
+  const fillMs = await target.fill(prefix, 'expiring:', raw, 0, keys, expireAt);
+  const late = Date.now() >= expireAt;
+  const base = await target.expiredKeys();
+  const before = await claimsFor(store, undefined, Math.max(500, Math.min(windowMs, expireAt - Date.now() - 500)), loop);
+  while (Date.now() < expireAt) await new Promise((resolve) => setTimeout(resolve, 5));
+  const deadline = expireAt + 120_000;
+  let left = keys;
+  const watch = (async () => {
+    while (left > keys * 0.001 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      left = keys - ((await target.expiredKeys()) - base);
+    }
+  })();
+  const during = await claimsUntil(store, undefined, {
+    concurrency: CONCURRENCY,
+    done: () => left <= keys * 0.001 || Date.now() >= deadline,
+    minOps: 500,
+    ...loop,
+  });
+  await watch;
+  const expiryMs = Date.now() - expireAt;
+  const after = await claimsFor(store, undefined, windowMs, loop);
+  return {
+    keys,
+    fillMs,
+    expiryMs,
+    keysPerSecond: round((keys / expiryMs) * 1000, 0),
+    leftShare: round(Math.max(0, left) / keys, 4),
+    before,
+    during,
+    after,
+    p99Ratio: ratioOf(before, during, after),
+    late,
+  };
+}

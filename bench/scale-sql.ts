@@ -1,0 +1,345 @@
+/**
+ * PostgreSQL and MariaDB for bench/scale.ts: the records table made by the library's own
+ * migration, populations copied server-side from one record the store wrote (no row
+ * crosses from Node), the table's size on disk, and the plan of the library's purge batch.
+ */
+import 'reflect-metadata';
+import { createHash } from 'node:crypto';
+import { statfsSync } from 'node:fs';
+import type { DataSource, MigrationInterface } from 'typeorm';
+import type { IdempotencyStore } from '../lib/core/index.js';
+import { loadLibModule } from './lib.js';
+
+export type SqlKind = 'postgres' | 'mariadb';
+
+/** A row of the records table, as the store wrote it. */
+export interface RecordRow {
+  status: string;
+  lease_token: string | null;
+  lease_expires_at: number | null;
+  fingerprint: string | null;
+  result: string | null;
+  expires_at: number;
+  created_at: number;
+}
+
+/** How the rows of a population expire: spread over `spreadMs`, the latest at `latestExpiry` (epoch ms). */
+export interface Expiry {
+  latestExpiry: number;
+  spreadMs: number;
+}
+
+export interface TableBytes {
+  rows: number;
+  /** Table + indexes (+ TOAST), bytes. */
+  total: number;
+  detail: Record<string, number>;
+}
+
+type TypeOrmLib = typeof import('../lib/typeorm/index.js');
+
+/**
+ * The store key of row `i` of a population: base64url SHA-256, the shape (and length,
+ * 43 characters) of every key the library stores. The fill computes the same in SQL.
+ */
+export function populationKey(population: string, i: number): string {
+  return createHash('sha256')
+    .update(population + i)
+    .digest('base64url');
+}
+
+const COLUMNS = ['key', 'status', 'lease_token', 'lease_expires_at', 'fingerprint', 'result', 'expires_at', 'created_at'];
+
+export class SqlTarget {
+  private readonly lib: TypeOrmLib;
+
+  private constructor(
+    readonly kind: SqlKind,
+    readonly dataSource: DataSource,
+  ) {
+    this.lib = loadLibModule<TypeOrmLib>('typeorm/index.ts');
+  }
+
+  static async open(kind: SqlKind, url: string): Promise<SqlTarget> {
+    const { DataSource } = require('typeorm') as typeof import('typeorm');
+    // A pool larger than the 16 concurrent callers, as an application would size it.
+    const dataSource =
+      kind === 'mariadb'
+        ? new DataSource({ type: 'mariadb', url, poolSize: 20 })
+        : new DataSource({ type: 'postgres', url, extra: { max: 20 } });
+    await dataSource.initialize();
+    return new SqlTarget(kind, dataSource);
+  }
+
+  quoted(table: string): string {
+    return this.kind === 'mariadb' ? `\`${table}\`` : `"${table}"`;
+  }
+
+  private column(name: string): string {
+    return this.kind === 'mariadb' ? `\`${name}\`` : `"${name}"`;
+  }
+
+  private async migrate(table: string, direction: 'up' | 'down'): Promise<void> {
+    const Migration = this.lib.createIdempotencyRecordsMigration(table) as new () => MigrationInterface;
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await new Migration()[direction](runner);
+    } finally {
+      await runner.release();
+    }
+  }
+
+  /** Creates the records table (and its steps table) through the library's migration, as an application does. */
+  async createTable(table: string): Promise<void> {
+    await this.dropTable(table);
+    await this.migrate(table, 'up');
+  }
+
+  /** Drops what the migration created (its `down`). */
+  async dropTable(table: string): Promise<void> {
+    await this.migrate(table, 'down');
+  }
+
+  store(table: string): IdempotencyStore & { purgeExpired(): Promise<{ ran: boolean; deleted: number }> } {
+    return new this.lib.TypeOrmIdempotencyStore(this.dataSource, { tableName: table });
+  }
+
+  async readRow(table: string, key: string): Promise<RecordRow> {
+    const [row] = (await this.dataSource.query(
+      `SELECT ${COLUMNS.slice(1)
+        .map((c) => this.column(c))
+        .join(', ')} FROM ${this.quoted(table)} WHERE ${this.column('key')} = ${this.kind === 'mariadb' ? '?' : '$1'}`,
+      [key],
+    )) as Array<Record<string, unknown>>;
+    if (!row) throw new Error(`no row ${key} in ${table}`);
+    const num = (value: unknown) => (value === null ? null : Number(value));
+    return {
+      status: String(row.status),
+      lease_token: row.lease_token === null ? null : String(row.lease_token),
+      lease_expires_at: num(row.lease_expires_at),
+      fingerprint: row.fingerprint === null ? null : String(row.fingerprint),
+      result: row.result === null ? null : String(row.result),
+      expires_at: Number(row.expires_at),
+      created_at: Number(row.created_at),
+    };
+  }
+
+  async truncate(table: string): Promise<void> {
+    await this.dataSource.query(`TRUNCATE TABLE ${this.quoted(table)}`);
+  }
+
+  async count(table: string): Promise<number> {
+    const [row] = (await this.dataSource.query(`SELECT COUNT(*) AS n FROM ${this.quoted(table)}`)) as Array<{ n: unknown }>;
+    return Number(row.n);
+  }
+
+  /**
+   * Rows `from` .. `to - 1` of `population`: copies of `template` (the record the store
+   * wrote) under the keys `populationKey(population, i)`, in INSERT ... SELECT batches
+   * generated server-side (generate_series; MariaDB's Sequence engine, seq_A_to_B). The
+   * keys are hashes, so rows land at random places of the primary key, as under real
+   * traffic. PostgreSQL sorts each batch by key (fewer buffer evictions while the index
+   * grows); MariaDB 10.11 does not: with ORDER BY and a bound parameter its
+   * INSERT ... SELECT from a seq_ table inserted one row instead of the batch. The expiry
+   * is spread so that the expiry index holds distinct values, as it does under real traffic.
+   */
+  async fill(table: string, population: string, template: RecordRow, from: number, to: number, expiry: Expiry): Promise<number> {
+    const startedAt = Date.now();
+    const lifetime = template.expires_at - template.created_at;
+    const rowBytes = 200 + (template.result?.length ?? 0);
+    // About 64 MB of rows per statement: few round trips, no statement that holds the table for long.
+    const batch = Math.max(1_000, Math.min(500_000, Math.floor(64_000_000 / rowBytes)));
+    for (let start = from; start < to; start += batch) {
+      const end = Math.min(to, start + batch);
+      await this.insertBatch(table, population, template, start, end, expiry, lifetime);
+    }
+    return Date.now() - startedAt;
+  }
+
+  private async insertBatch(
+    table: string,
+    population: string,
+    t: RecordRow,
+    start: number,
+    end: number,
+    expiry: Expiry,
+    lifetime: number,
+  ): Promise<void> {
+    const columns = COLUMNS.map((c) => this.column(c)).join(', ');
+    if (this.kind === 'postgres') {
+      // $7: the latest expiry, $8: the spread, $9: the record's lifetime (expires_at - created_at).
+      const expires = `($7::bigint - $8::bigint + (i * 4) % $8::bigint)`;
+      await this.dataSource.query(
+        `INSERT INTO ${this.quoted(table)} (${columns})
+SELECT rtrim(translate(encode(sha256(convert_to($1 || i::text, 'UTF8')), 'base64'), '+/', '-_'), '='),
+  $2::varchar, $3::varchar, $4::bigint, $5::varchar, $6::text, ${expires}, ${expires} - $9::bigint
+FROM generate_series(${start}::bigint, ${end - 1}::bigint) AS i
+ORDER BY 1`,
+        [population, t.status, t.lease_token, t.lease_expires_at, t.fingerprint, t.result, expiry.latestExpiry, expiry.spreadMs, lifetime],
+      );
+      return;
+    }
+    // Positional parameters in MariaDB are used once each, in order: the expiry's are repeated.
+    const e = `(? - ? + (seq * 4) % ?)`;
+    const spread = [expiry.latestExpiry, expiry.spreadMs, expiry.spreadMs];
+    await this.dataSource.query(
+      `INSERT INTO ${this.quoted(table)} (${columns})
+SELECT REPLACE(REPLACE(TRIM(TRAILING '=' FROM TO_BASE64(UNHEX(SHA2(CONCAT(?, seq), 256)))), '+', '-'), '/', '_'),
+  ?, ?, ?, ?, ?, ${e}, ${e} - ?
+FROM seq_${start}_to_${end - 1}`,
+      [population, t.status, t.lease_token, t.lease_expires_at, t.fingerprint, t.result, ...spread, ...spread, lifetime],
+    );
+  }
+
+  /**
+   * After a bulk fill, the state a table of that size has in production before it is
+   * measured: statistics up to date, and no writes of the fill still pending (PostgreSQL:
+   * VACUUM ANALYZE, so autovacuum's insert threshold does not start one mid-measurement,
+   * then CHECKPOINT; MariaDB: ANALYZE TABLE, then a wait until InnoDB has flushed the
+   * dirty pages, at most `waitMs`). Returns how long it took and what was left dirty.
+   */
+  async settle(table: string, waitMs = 180_000): Promise<{ ms: number; dirtyPagesLeft?: number }> {
+    const startedAt = Date.now();
+    if (this.kind === 'postgres') {
+      await this.dataSource.query(`VACUUM (ANALYZE) ${this.quoted(table)}`);
+      await this.dataSource.query('CHECKPOINT');
+      return { ms: Date.now() - startedAt };
+    }
+    await this.dataSource.query(`ANALYZE TABLE ${this.quoted(table)}`);
+    const deadline = Date.now() + waitMs;
+    // Until almost nothing is dirty, or the count stops falling for 5 s (a shared server
+    // keeps a floor of dirty pages of its own), or the deadline.
+    let dirty = await this.dirtyPages();
+    let lowest = dirty;
+    let lowestAt = Date.now();
+    while (dirty > 200 && Date.now() < deadline && Date.now() - lowestAt < 5_000) {
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      dirty = await this.dirtyPages();
+      if (dirty < lowest * 0.98) [lowest, lowestAt] = [dirty, Date.now()];
+    }
+    return { ms: Date.now() - startedAt, dirtyPagesLeft: dirty };
+  }
+
+  private async dirtyPages(): Promise<number> {
+    const rows = (await this.dataSource.query(`SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'`)) as Array<{ Value: string }>;
+    return Number(rows[0]?.Value ?? 0);
+  }
+
+  /**
+   * Bytes the table takes. PostgreSQL: pg_total_relation_size (heap + TOAST + indexes),
+   * after VACUUM ANALYZE. MariaDB: data_length + index_length of information_schema
+   * after ANALYZE TABLE; InnoDB derives them from page counts of its persistent
+   * statistics (estimates, in whole 16 KB pages), so the .ibd file's size is given too.
+   */
+  async bytes(table: string): Promise<TableBytes> {
+    const rows = await this.count(table);
+    if (this.kind === 'postgres') {
+      await this.dataSource.query(`VACUUM (ANALYZE) ${this.quoted(table)}`);
+      const [r] = (await this.dataSource.query(
+        `SELECT pg_total_relation_size(c.oid) AS total, pg_relation_size(c.oid) AS heap, pg_indexes_size(c.oid) AS indexes,
+  COALESCE(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0) AS toast
+FROM pg_class c WHERE c.oid = $1::regclass`,
+        [this.quoted(table)],
+      )) as Array<Record<string, string>>;
+      const detail = { heap: Number(r.heap), toast: Number(r.toast), indexes: Number(r.indexes) };
+      return { rows, total: Number(r.total), detail };
+    }
+    await this.dataSource.query(`ANALYZE TABLE ${this.quoted(table)}`);
+    const [r] = (await this.dataSource.query(
+      `SELECT data_length, index_length, data_free FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`,
+      [table],
+    )) as Array<Record<string, string>>;
+    const [file] = (await this.dataSource.query(
+      `SELECT file_size, allocated_size FROM information_schema.innodb_sys_tablespaces WHERE name = CONCAT(DATABASE(), '/', ?)`,
+      [table],
+    )) as Array<Record<string, string>>;
+    const detail = {
+      data_length: Number(r.data_length),
+      index_length: Number(r.index_length),
+      data_free: Number(r.data_free),
+      ibd_file_size: Number(file?.file_size ?? 0),
+    };
+    return { rows, total: detail.data_length + detail.index_length, detail };
+  }
+
+  /** The plan of the library's own purge batch statement on `table` (the dialect's text, its batch size). */
+  async explainPurge(table: string, batch: number): Promise<string[]> {
+    const { parseTableName } = loadLibModule<typeof import('../lib/sql/dialects/records-table.js')>('sql/dialects/records-table.ts');
+    if (this.kind === 'postgres') {
+      const { postgresDialect } = loadLibModule<typeof import('../lib/sql/dialects/postgres.js')>('sql/dialects/postgres.ts');
+      const statement = postgresDialect(parseTableName(table)).purgeBatch(batch);
+      const runner = this.dataSource.createQueryRunner();
+      const plan = (rows: Array<Record<string, string>>) => rows.map((row) => row['QUERY PLAN']);
+      try {
+        // ANALYZE runs the DELETE: inside a transaction that is rolled back. The store sends
+        // it as a named prepared statement, which PostgreSQL plans generically (without the
+        // LIMIT's value) after five runs: both plans are shown.
+        await runner.startTransaction();
+        const custom = plan(await runner.query(`EXPLAIN (ANALYZE, BUFFERS) ${statement.sql}`, [...statement.params]));
+        await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
+        await runner.query(`PREPARE bench_scale_purge(bigint) AS ${statement.sql}`);
+        const generic = plan(await runner.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_purge(${batch})`));
+        await runner.rollbackTransaction();
+        await runner.query('DEALLOCATE bench_scale_purge').catch(() => undefined);
+        return [
+          statement.sql,
+          '',
+          '-- custom plan (LIMIT known):',
+          ...custom,
+          '',
+          '-- generic plan (what a prepared statement gets after 5 runs):',
+          ...generic,
+        ];
+      } finally {
+        await runner.release();
+      }
+    }
+    const { mysqlDialect } = loadLibModule<typeof import('../lib/sql/dialects/mysql.js')>('sql/dialects/mysql.ts');
+    const statement = mysqlDialect(parseTableName(table)).purgeBatch(batch);
+    const rows = (await this.dataSource.query(`EXPLAIN ${statement.sql}`, [...statement.params])) as Array<Record<string, unknown>>;
+    return [
+      statement.sql,
+      '',
+      ...rows.map((row) =>
+        Object.entries(row)
+          .map(([k, v]) => `${k}=${v === null ? 'NULL' : String(v)}`)
+          .join(' '),
+      ),
+    ];
+  }
+
+  /** Free bytes on the file system of the database's data directory (the same machine). */
+  async freeBytes(): Promise<number> {
+    const rows = (await this.dataSource.query(this.kind === 'postgres' ? 'SHOW data_directory' : 'SELECT @@datadir AS d')) as Array<
+      Record<string, string>
+    >;
+    const dir = Object.values(rows[0])[0];
+    for (const path of [dir, '/']) {
+      try {
+        const s = statfsSync(path);
+        return s.bavail * s.bsize;
+      } catch {
+        // Not readable by this user: the root file system (the data directory's, on this machine).
+      }
+    }
+    return Number.POSITIVE_INFINITY;
+  }
+
+  /** The server's version and the settings that decide how much of the table stays in memory. */
+  async describe(): Promise<string> {
+    if (this.kind === 'postgres') {
+      const [r] = (await this.dataSource.query(
+        `SELECT version() AS v, current_setting('shared_buffers') AS sb, current_setting('synchronous_commit') AS sc`,
+      )) as Array<Record<string, string>>;
+      return `${r.v.split(' on ')[0]}, shared_buffers ${r.sb}, synchronous_commit ${r.sc}`;
+    }
+    const [r] = (await this.dataSource.query(
+      `SELECT VERSION() AS v, @@innodb_buffer_pool_size AS bp, @@innodb_flush_log_at_trx_commit AS f, @@innodb_flush_method AS m`,
+    )) as Array<Record<string, string>>;
+    return `MariaDB ${r.v}, innodb_buffer_pool_size ${Math.round(Number(r.bp) / 2 ** 20)} MB, innodb_flush_log_at_trx_commit ${r.f}, innodb_flush_method ${r.m}`;
+  }
+
+  async close(): Promise<void> {
+    await this.dataSource.destroy();
+  }
+}
