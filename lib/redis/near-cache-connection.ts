@@ -23,12 +23,6 @@ export interface TrackingConnection {
 /** The user's client as the near cache needs it (ioredis, or the node-redis adapter). */
 export interface NearCacheClient {
   eval(script: string, numkeys: number, ...args: (string | number)[]): Promise<unknown>;
-  /** ioredis: any command (`CLIENT TRACKING` on the user's connection, see `NearCacheArming`). */
-  call?(command: string, ...args: (string | number)[]): Promise<unknown>;
-  /** ioredis: the connection's state and its events (`close`, `reconnecting`, `end`, `ready`). */
-  readonly status?: string;
-  on?(event: string, listener: (...args: unknown[]) => void): unknown;
-  removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
   /** ioredis: a new connection with the same settings. */
   duplicate?(override?: Record<string, unknown>): unknown;
   /** A client that opens the tracking connection itself (the node-redis adapter). */
@@ -50,43 +44,4 @@ export function openTrackingConnection(client: NearCacheClient): TrackingConnect
     keyPrefix: undefined,
     enableOfflineQueue: true,
   }) as TrackingConnection;
-}
-
-/** Ends the dedicated connection: QUIT when it is up (waited for at most `timeout` ms), then the socket closed in any case. */
-export async function quitConnection(connection: TrackingConnection, timeout: number): Promise<void> {
-  if (connection.status !== 'ready') {
-    connection.disconnect();
-    return;
-  }
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([
-      connection.quit(),
-      new Promise((resolve) => {
-        timer = setTimeout(resolve, timeout);
-        timer.unref();
-      }),
-    ]);
-  } catch {
-    // Closed anyway below.
-  } finally {
-    clearTimeout(timer);
-    connection.disconnect();
-  }
-}
-
-/** `promise`, or a rejection with `message` once `timeout` ms passed first. */
-export async function withTimeout<T>(promise: Promise<T>, timeout: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(message)), timeout);
-        timer.unref();
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -1,18 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import { NearCacheClock } from './near-cache-clock.js';
 import { NearCacheDbIdentity } from './near-cache-db-identity.js';
-import {
-  openTrackingConnection,
-  quitConnection,
-  withTimeout,
-  type NearCacheClient,
-  type TrackingConnection,
-} from './near-cache-connection.js';
-import { proveRedirected, proveSelf, type ProbeContext } from './near-cache-proof.js';
-import { NearCacheArming, TrackingNotEligibleError } from './near-cache-arming.js';
-import { NearCacheInvalidations, type TrackedCache } from './near-cache-invalidations.js';
+import { openTrackingConnection, type NearCacheClient, type TrackingConnection } from './near-cache-connection.js';
 
 const FIRST_RETRY_MS = 1_000;
 const MAX_RETRY_MS = 30_000;
+const PROBE_TTL_MS = 5_000;
 /**
  * How often the tracking connection is pinged while the cache answers: a connection that
  * died without a close (a network partition) is noticed within this plus the timeout,
@@ -22,54 +15,54 @@ const HEARTBEAT_MS = 5_000;
 /** Every this many heartbeats (5 min), the clocks are compared again, so the drift allowance stays small. */
 const CLOCK_EVERY_HEARTBEATS = 60;
 const INVALIDATE_CHANNEL = '__redis__:invalidate';
-/** Proofs in a row that may fail in the redirect design (a timeout, say) before the store falls back to the self-redirected one. */
-const MAX_REDIRECT_FAILURES = 3;
 
 /**
- * The near cache's dedicated connection to Redis: one RESP2 connection subscribed to
- * `__redis__:invalidate`, on which Redis reports every write, delete and expiry of a
- * cached record by any other connection, so the cache drops that key. Two designs:
+ * What the tracking connection drives in the near cache: whether it answers, until when,
+ * and what it must drop. Every call is synchronous.
+ */
+export interface TrackedCache {
+  /** True while the cache answers. */
+  readonly enabled: boolean;
+  /** Delivery is proven and the database known: answer until `identityValidUntil` (`performance.now()` ms). */
+  enable(identityValidUntil: number): void;
+  /** Answer nothing and empty the cache, until `enable` again. */
+  disable(): void;
+  /** Empty the cache and keep every read in flight from inserting; answering goes on. */
+  clear(): void;
+  /** The database's identity was read unchanged: entries may be answered until `until`, if later. */
+  extendIdentity(until: number): void;
+  /** The record under `key` changed in Redis (written, deleted, expired): drop it. */
+  invalidate(key: string): void;
+}
+
+/**
+ * The near cache's dedicated connection to Redis: one RESP2 connection in `CLIENT
+ * TRACKING ... BCAST PREFIX <prefix>` mode redirected to itself and subscribed to
+ * `__redis__:invalidate`, which hears of every write, delete and expiry of a key under
+ * the store's prefix, from any instance, and tells the cache to drop that key.
  *
- * - **redirect** (ioredis standalone, `NearCacheArming`): tracking is switched on on the
- *   user's connection, the one that reads and writes the records, `CLIENT TRACKING ON
- *   REDIRECT <this connection> NOLOOP`. Redis then reports only keys that connection
- *   read, and none of its own writes: a first execution costs no message, so no instance
- *   pays for its own writes. Proven by `CLIENT TRACKINGINFO` read through the user's
- *   client (on, noloop, redirect to this connection) and by a probe key read through the
- *   user's client and written by another, short-lived connection, whose invalidation must
- *   arrive. Re-armed and re-proven whenever either connection is new; the heartbeat reads
- *   `TRACKINGINFO` again.
- * - **self** (every other case, see `NearCacheArming.eligible` and `fallBack`): this
- *   connection tracks for itself, `CLIENT TRACKING ON REDIRECT <itself> BCAST PREFIX
- *   <prefix>`, hearing every write under the prefix, this instance's too. Proven by a
- *   probe key written through the user's client.
- *
- * The cache answers only once delivery is proven on the current connections, and is
- * switched off (emptied) on any trouble: error, close, reconnection of either
- * connection, a heartbeat unanswered. It also keeps the Redis clock (compared with
+ * It switches the cache on only once delivery of those messages is proven on the
+ * current connection (a probe key written through the user's client must come back as
+ * an invalidation), and off (emptied) on any trouble on that connection: error, close,
+ * reconnection, a heartbeat PING unanswered. It also keeps the Redis clock (compared with
  * `TIME` when tracking starts, then every 5 minutes), by which entries expire no later
  * than their record, and reads the database's identity with every heartbeat, as
  * `SWAPDB` sends no invalidation (`NearCacheDbIdentity`).
  */
 export class NearCacheTracking {
   /**
-   * Bumped on every disabling only: what a proof, heartbeat or sync started under another
-   * session no longer applies. An emptying (a flush) is no such event: a proof or
-   * heartbeat under way when a flush arrives still counts.
+   * Bumped on every disabling only: what a tracking set-up, heartbeat or sync started
+   * under another session no longer applies. An emptying (a flush) is no such event: a
+   * proof or heartbeat under way when a flush arrives still counts.
    */
   private session = 0;
   private readonly identity: NearCacheDbIdentity;
   private identityInFlight = false;
-  /** Reads the channel's messages; its `count` is the stats' `invalidations`. */
-  readonly invalidations: NearCacheInvalidations;
+  /** Invalidation messages heard, keys and flushes (stats). */
+  invalidations = 0;
   private started = false;
   private closed = false;
   private connection: TrackingConnection | undefined;
-  /** The connection subscribed to the channel, with its `CLIENT ID`, once `track` set it up. */
-  private subscribed: { readonly connection: TrackingConnection; readonly id: number } | undefined;
-  /** The user's client's side in the redirect design; undefined in the self design. */
-  private arming: NearCacheArming | undefined;
-  private redirectFailures = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private heartbeatInFlight = false;
@@ -77,6 +70,7 @@ export class NearCacheTracking {
   private retryDelay = FIRST_RETRY_MS;
   /** The Redis clock, by which the cache's entries expire no later than their record. */
   readonly clock: NearCacheClock;
+  private probe: { readonly key: string; readonly seen: () => void } | undefined;
   /** The user's client's ioredis `keyPrefix`, which it puts before every key it sends. */
   private readonly keyPrefix: string;
   /** Redis keys as invalidation messages name them: the client's keyPrefix, then the store's prefix. */
@@ -97,28 +91,12 @@ export class NearCacheTracking {
     this.probeTimeout = timeout > 0 ? timeout : 2_000;
     this.identity = new NearCacheDbIdentity(client, prefix);
     this.clock = new NearCacheClock(client, this.probeTimeout);
-    this.invalidations = new NearCacheInvalidations(this.trackedPrefix, cache);
-  }
-
-  /** `'redirect'` or `'self'` (see the class); `'self'` until the redirect design is taken. */
-  get design(): 'redirect' | 'self' {
-    return this.arming === undefined ? 'self' : 'redirect';
   }
 
   /** Opens the dedicated connection (once); the cache answers once tracking is proven. */
   start(): void {
     if (this.started || this.closed) return;
     this.started = true;
-    if (NearCacheArming.eligible(this.client)) {
-      const arming = new NearCacheArming(
-        this.client,
-        this.probeTimeout,
-        () => this.disable(),
-        () => this.onClientReady(),
-      );
-      // A second store on the same client keeps the self design: a connection has one redirect target.
-      if (arming.acquire()) this.arming = arming;
-    }
     this.open();
   }
 
@@ -129,16 +107,29 @@ export class NearCacheTracking {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     this.stopHeartbeat();
-    const arming = this.arming;
-    this.arming = undefined;
-    // Tracking off on the user's connection first, while its redirect target still exists.
-    await arming?.release();
     const connection = this.connection;
     this.connection = undefined;
-    this.subscribed = undefined;
     if (!connection) return;
     connection.removeAllListeners('messageBuffer');
-    await quitConnection(connection, this.probeTimeout);
+    if (connection.status !== 'ready') {
+      connection.disconnect();
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        connection.quit(),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, this.probeTimeout);
+          timer.unref();
+        }),
+      ]);
+    } catch {
+      // Closed anyway below.
+    } finally {
+      clearTimeout(timer);
+      connection.disconnect();
+    }
   }
 
   private disable(): void {
@@ -148,33 +139,24 @@ export class NearCacheTracking {
     this.cache.disable();
   }
 
-  /** The user's connection is (again) ready: its tracking is gone with the old one, arm and prove anew. */
-  private onClientReady(): void {
-    if (this.closed) return;
-    this.disable();
-    void this.prove();
-  }
-
   private open(): void {
     if (this.closed) return;
     const connection = openTrackingConnection(this.client);
     this.connection = connection;
     const lost = () => {
-      if (this.connection !== connection) return;
-      this.subscribed = undefined;
-      this.disable();
+      if (this.connection === connection) this.disable();
     };
     connection.on('close', lost);
     connection.on('reconnecting', lost);
     connection.on('end', () => {
       if (this.connection !== connection) return;
-      lost();
+      this.disable();
       // The client's retryStrategy gave up: start over later on a new connection.
       this.reopenLater(connection);
     });
     connection.on('error', (error: unknown) => {
       if (this.connection !== connection) return;
-      lost();
+      this.disable();
       this.report(error, 'the near cache connection failed; the cache answers nothing until its invalidations are proven again');
       // Still connected after an error: reconnect, so that tracking is set up and proven again.
       if (connection.status === 'ready') connection.disconnect(true);
@@ -183,7 +165,7 @@ export class NearCacheTracking {
       if (this.connection === connection) void this.track(connection);
     });
     connection.on('messageBuffer', (_channel: unknown, message: unknown) => {
-      if (this.connection === connection) this.invalidations.onMessage(message);
+      if (this.connection === connection) this.onInvalidation(message);
     });
     connection.connect().catch(() => {
       // Reported through 'error'; the client's retryStrategy (or reopenLater) tries again.
@@ -193,9 +175,8 @@ export class NearCacheTracking {
 
   /**
    * While the cache answers, every HEARTBEAT_MS: a PING on the tracking connection (no
-   * answer within the timeout means the connection is gone), a read of the database's
-   * identity (a SWAPDB sends no invalidation) and, in the redirect design, `CLIENT
-   * TRACKINGINFO` on the user's connection (tracking still on, to this connection).
+   * answer within the timeout means the connection is gone) and a read of the database's
+   * identity (a SWAPDB sends no invalidation).
    */
   private startHeartbeat(connection: TrackingConnection): void {
     this.stopHeartbeat();
@@ -206,25 +187,11 @@ export class NearCacheTracking {
       if (this.heartbeatInFlight) return;
       this.heartbeatInFlight = true;
       if (++this.heartbeats % CLOCK_EVERY_HEARTBEATS === 0) void this.clock.compare(() => this.session === session);
-      const id = this.subscribed?.id;
-      const arming = this.arming;
-      const tracked = arming === undefined || id === undefined ? Promise.resolve() : arming.verify(id);
-      Promise.all([
-        this.ping(connection, session),
-        tracked.catch((error: unknown) => this.lostTracking(connection, session, error)),
-      ]).finally(() => {
+      this.ping(connection, session).finally(() => {
         this.heartbeatInFlight = false;
       });
     }, HEARTBEAT_MS);
     this.heartbeat.unref();
-  }
-
-  /** The user's connection no longer tracks as proven: off, and set up and proven again. */
-  private lostTracking(connection: TrackingConnection, session: number, error: unknown): void {
-    if (this.connection !== connection || this.session !== session || this.closed) return;
-    this.disable();
-    this.report(error, "the client's connection no longer tracks for the near cache; it answers nothing until proven again");
-    void this.prove();
   }
 
   /**
@@ -234,17 +201,23 @@ export class NearCacheTracking {
    * failed: the connection is taken as lost (switched off, emptied, reconnected).
    */
   private async ping(connection: TrackingConnection, session: number): Promise<void> {
-    try {
-      await withTimeout(
-        connection.call('PING'),
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the near cache connection did not answer PING within ${this.probeTimeout} ms`)),
         this.probeTimeout,
-        `the near cache connection did not answer PING within ${this.probeTimeout} ms`,
       );
+      timer.unref();
+    });
+    try {
+      await Promise.race([connection.call('PING'), late]);
     } catch (error) {
       if (this.connection !== connection || this.session !== session || this.closed) return;
       this.disable();
       this.report(error, 'the near cache connection stopped answering; the cache answers nothing until it is reconnected and proven again');
       connection.disconnect(true);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -260,8 +233,13 @@ export class NearCacheTracking {
     if (this.identityInFlight && !force) return true;
     if (!force) this.identityInFlight = true;
     const sentAt = performance.now();
+    let timer: NodeJS.Timeout | undefined;
     try {
-      const verdict = await withTimeout(this.identity.read(), this.probeTimeout, 'the identity read did not answer in time');
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('the identity read did not answer in time')), this.probeTimeout);
+        timer.unref();
+      });
+      const verdict = await Promise.race([this.identity.read(), late]);
       if (this.session !== session || verdict === 'outdated') return true;
       if (verdict === 'changed') this.cache.clear();
       this.cache.extendIdentity(sentAt + HEARTBEAT_MS + this.probeTimeout);
@@ -269,6 +247,7 @@ export class NearCacheTracking {
     } catch {
       return false;
     } finally {
+      clearTimeout(timer);
       if (!force) this.identityInFlight = false;
     }
   }
@@ -309,90 +288,90 @@ export class NearCacheTracking {
     this.retryTimer.unref();
   }
 
-  /** On every `ready` of the tracking connection: its id, the clocks, tracking on itself (self design), subscribed; then `prove`. */
+  /** On every `ready`: tracking on, subscribed, clocks compared, delivery proven; then answering starts. */
   private async track(connection: TrackingConnection): Promise<void> {
-    this.subscribed = undefined;
     this.disable();
-    const current = () => this.connection === connection && !this.closed;
+    const session = this.session;
+    const current = () => this.connection === connection && this.session === session && !this.closed;
     try {
       const id = Number(await connection.call('CLIENT', 'ID'));
       const before = performance.now();
       const time = (await connection.call('TIME')) as unknown[];
       const after = performance.now();
-      if (this.arming === undefined) {
-        const prefixArgs = this.trackedPrefix === '' ? [] : ['PREFIX', this.trackedPrefix];
-        await connection.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', id, 'BCAST', ...prefixArgs);
-      }
+      const prefixArgs = this.trackedPrefix === '' ? [] : ['PREFIX', this.trackedPrefix];
+      await connection.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', id, 'BCAST', ...prefixArgs);
       await connection.subscribe(INVALIDATE_CHANNEL);
       if (!current()) return;
-      this.clock.set(time, before, after);
-      this.subscribed = { connection, id };
-    } catch (error) {
-      if (!current()) return;
-      this.report(error, 'the near cache could not switch on invalidation tracking; it answers nothing and tries again later');
-      this.reopenLater(connection);
-      return;
-    }
-    await this.prove();
-  }
-
-  /**
-   * Arms tracking on the user's connection (redirect design) and proves delivery on the
-   * connections of now, reads the database's identity, then lets the cache answer. Any
-   * step that finds the session changed (either connection lost meanwhile) stops: the
-   * event that changed it starts a new proof.
-   */
-  private async prove(): Promise<void> {
-    const subscribed = this.subscribed;
-    if (subscribed === undefined || this.closed) return;
-    const { connection, id } = subscribed;
-    const session = this.session;
-    const current = () => this.subscribed === subscribed && this.session === session && !this.closed;
-    const arming = this.arming;
-    try {
-      if (arming !== undefined) {
-        // Not ready: its `ready` proves again.
-        if (!arming.ready) return;
-        await arming.arm(id, current);
-        if (!current()) return;
-        await proveRedirected(this.probeContext(current), arming, id);
-      } else {
-        await proveSelf(this.probeContext(current));
-      }
+      await this.proveDelivery(current);
       if (!current()) return;
       // The database the cache is filled from, known before anything is cached.
       const sentAt = performance.now();
       await this.identity.read();
       if (!current()) return;
+      this.clock.set(time, before, after);
       this.clientId = id;
       this.retryDelay = FIRST_RETRY_MS;
-      this.redirectFailures = 0;
       this.cache.enable(sentAt + HEARTBEAT_MS + this.probeTimeout);
     } catch (error) {
       if (!current()) return;
-      if (arming !== undefined && (error instanceof TrackingNotEligibleError || ++this.redirectFailures >= MAX_REDIRECT_FAILURES)) {
-        this.fallBack(arming, connection, error);
-        return;
-      }
       this.report(error, 'the near cache could not switch on invalidation tracking; it answers nothing and tries again later');
       this.reopenLater(connection);
     }
   }
 
-  private probeContext(current: () => boolean): ProbeContext {
-    const { client, prefix, keyPrefix, invalidations, probeTimeout: timeout } = this;
-    return { client, prefix, keyPrefix, invalidations, timeout, current };
+  /**
+   * Writes a probe key under the prefix through the user's client and waits for its
+   * invalidation: proof that this connection hears the writes of every connection.
+   */
+  private async proveDelivery(current: () => boolean): Promise<void> {
+    const key = `${this.prefix}__near-cache-probe__:${randomUUID()}`;
+    let timer: NodeJS.Timeout | undefined;
+    const seen = new Promise<void>((resolve, reject) => {
+      this.probe = { key: this.keyPrefix + key, seen: resolve };
+      timer = setTimeout(
+        () => reject(new Error(`Redis's invalidation of the probe key did not arrive within ${this.probeTimeout} ms`)),
+        this.probeTimeout,
+      );
+      timer.unref();
+    });
+    try {
+      await this.client.eval(`return redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])`, 1, key, PROBE_TTL_MS);
+      if (!current()) return;
+      await seen;
+    } finally {
+      clearTimeout(timer);
+      this.probe = undefined;
+      this.client.eval(`return redis.call('DEL', KEYS[1])`, 1, key).catch(() => undefined);
+    }
   }
 
-  /** To the self design for good: tracking already on there for someone else, `CLIENT TRACKING(INFO)` refused, or repeated failures. */
-  private fallBack(arming: NearCacheArming, connection: TrackingConnection, error: unknown): void {
-    this.arming = undefined;
-    this.subscribed = undefined;
-    this.disable();
-    void arming.release();
-    this.report(error, 'the near cache tracks its own writes too (self-redirected design), as tracking on the client could not be used');
-    // Subscribed already: a new connection, on which `track` switches tracking on itself first.
-    if (connection.status === 'ready') connection.disconnect(true);
-    else this.reopenLater(connection);
+  private onInvalidation(message: unknown): void {
+    if (message === null || message === undefined || (Array.isArray(message) && message.length === 0)) {
+      this.invalidations++;
+      this.invalidateAll();
+      return;
+    }
+    if (!Array.isArray(message)) {
+      this.invalidateKey(message);
+      return;
+    }
+    for (const key of message) this.invalidateKey(key);
+  }
+
+  private invalidateKey(raw: unknown): void {
+    this.invalidations++;
+    if (raw === null || raw === undefined) return this.invalidateAll();
+    const redisKey = Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw);
+    if (redisKey === '') return this.invalidateAll();
+    if (this.probe !== undefined && redisKey === this.probe.key) this.probe.seen();
+    // `<keyPrefix><prefix>{<key>}`: anything else under the prefix is not a record.
+    if (!redisKey.startsWith(this.trackedPrefix) || redisKey.charCodeAt(redisKey.length - 1) !== 125 /* } */) return;
+    if (redisKey.charCodeAt(this.trackedPrefix.length) !== 123 /* { */) return;
+    this.cache.invalidate(redisKey.slice(this.trackedPrefix.length + 1, -1));
+  }
+
+  /** FLUSHDB / FLUSHALL (a null payload): everything goes, and no read in flight may insert. */
+  private invalidateAll(): void {
+    this.cache.clear();
   }
 }

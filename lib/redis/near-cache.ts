@@ -2,8 +2,7 @@ import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
 import { SizedExpiringMap } from '../core/expiring-map.js';
 import type { NearCacheClient } from './near-cache-connection.js';
 import type { RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
-import type { TrackedCache } from './near-cache-invalidations.js';
-import { NearCacheTracking } from './near-cache-tracking.js';
+import { NearCacheTracking, type TrackedCache } from './near-cache-tracking.js';
 
 /**
  * Counted per entry on top of its strings: the cache entry, the frozen claim result and
@@ -93,11 +92,6 @@ export class NearCache implements TrackedCache {
     return this.tracking.clientId;
   }
 
-  /** @internal `'redirect'` (tracking on the user's connection) or `'self'` (see `NearCacheTracking`; tests). */
-  get trackingDesign(): 'redirect' | 'self' {
-    return this.tracking.design;
-  }
-
   /** The cached answer to a claim of `key`, if one may be given without Redis. Starts the cache on first use. */
   lookup(key: string): ClaimResult | undefined {
     const entry = this.entries.get(key);
@@ -146,7 +140,7 @@ export class NearCache implements TrackedCache {
       bytes: this.entries.totalSize,
       hits: this.hits,
       misses: this.misses,
-      invalidations: this.tracking.invalidations.count,
+      invalidations: this.tracking.invalidations,
       evictions: this.evictions,
     };
   }

@@ -230,15 +230,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async delete(key: string): Promise<boolean> {
-    const nearCache = this.nearCache;
-    if (nearCache === undefined) return Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
-    nearCache.forget(key);
-    const deleted = Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
-    // Redis writes the other instances' invalidation of this delete just after this reply
-    // (near-cache-arming.ts): one more round trip, so that once delete() resolves it is on
-    // their way, and a retry sent to another instance then is not answered from its cache.
-    if (deleted) await this.scripts.ping().catch(() => undefined);
-    return deleted;
+    this.nearCache?.forget(key);
+    return Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
   }
 
   /** Every step record of the key (redis-steps.ts): one round trip. */
