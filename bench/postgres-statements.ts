@@ -1,7 +1,8 @@
 /**
  * What one claim + complete, and one `runIdempotentTransaction`, cost on PostgreSQL, with
- * and without prepared statements, without HTTP: operations per second, app CPU and
- * PostgreSQL server CPU per operation.
+ * and without prepared statements, with and without `statementTimeout`, and against the
+ * floor of bench/floors.ts (the same two round trips by hand on the same pool), without
+ * HTTP: operations per second, app CPU and PostgreSQL server CPU per operation.
  *
  *   npm run bench:postgres [-- --ops 4000 --concurrency 50 --rounds 2]
  *
@@ -12,6 +13,7 @@ import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { DataSource } from 'typeorm';
+import { createPostgresFloorTable, postgresFloor, type FloorPgPool } from './floors.js';
 import { loadLibModule } from './lib.js';
 
 const { TypeOrmIdempotencyStore, createIdempotencyRecordsMigration, runIdempotentTransaction } =
@@ -54,41 +56,61 @@ async function main(): Promise<void> {
     const runner = dataSource.createQueryRunner();
     await new Migration().up(runner);
     await runner.release();
+    const pool = (dataSource.driver as unknown as { master: FloorPgPool }).master;
+    await createPostgresFloorTable(pool, `${table}_floor`);
+    const floor = postgresFloor(pool, `${table}_floor`);
+    type Variant = 'prepared (default)' | 'statementTimeout: 0' | 'preparedStatements: false' | 'floor (by hand)';
     const stores = {
-      prepared: new TypeOrmIdempotencyStore(dataSource, { tableName: table }),
-      unprepared: new TypeOrmIdempotencyStore(dataSource, { tableName: table, preparedStatements: false }),
+      'prepared (default)': new TypeOrmIdempotencyStore(dataSource, { tableName: table }),
+      'statementTimeout: 0': new TypeOrmIdempotencyStore(dataSource, { tableName: table, statementTimeout: 0 }),
+      'preparedStatements: false': new TypeOrmIdempotencyStore(dataSource, { tableName: table, preparedStatements: false }),
     };
     let n = 0;
     const nextKey = () => `k${process.pid}-${++n}`;
-    const cases: Record<string, (preparedStatements: boolean) => Promise<unknown>> = {
-      'claim + complete': async (preparedStatements) => {
-        const store = preparedStatements ? stores.prepared : stores.unprepared;
-        const key = nextKey();
-        const token = randomUUID();
-        await store.claim(key, { token, leaseTtl: 30_000, fingerprint: 'f' });
-        await store.complete(key, token, { result: '{"kind":"value","value":{"t":"u"}}', ttl: 600_000 });
+    const result = '{"kind":"value","value":{"t":"u"}}';
+    const cases: Record<string, Partial<Record<Variant, () => Promise<unknown>>>> = {
+      'claim + complete': {
+        ...Object.fromEntries(
+          Object.entries(stores).map(([variant, store]) => [
+            variant,
+            async () => {
+              const key = nextKey();
+              const token = randomUUID();
+              await store.claim(key, { token, leaseTtl: 30_000, fingerprint: 'f' });
+              await store.complete(key, token, { result, ttl: 600_000 });
+            },
+          ]),
+        ),
+        'floor (by hand)': async () => {
+          const key = nextKey();
+          await floor.claim(key, 'f', 30_000);
+          await floor.complete(key, { fingerprint: 'f', status: 201, body: result }, 600_000);
+        },
       },
-      'runIdempotentTransaction, first execution': (preparedStatements) =>
-        runIdempotentTransaction(dataSource, { key: nextKey(), tableName: table, preparedStatements }, async () => ({ ok: true })),
+      'runIdempotentTransaction, first execution': {
+        'prepared (default)': () => runIdempotentTransaction(dataSource, { key: nextKey(), tableName: table }, async () => ({ ok: true })),
+        'preparedStatements: false': () =>
+          runIdempotentTransaction(dataSource, { key: nextKey(), tableName: table, preparedStatements: false }, async () => ({ ok: true })),
+      },
     };
     const lines = [
-      '| operation | statements | round | operations / s | app CPU µs / op | PostgreSQL CPU µs / op |',
+      '| operation | variant | round | operations / s | app CPU µs / op | PostgreSQL CPU µs / op |',
       '|---|---|--:|--:|--:|--:|',
     ];
     for (let round = 1; round <= rounds; round++) {
-      for (const [operation, run] of Object.entries(cases)) {
-        for (const preparedStatements of [true, false]) {
+      for (const [operation, variants] of Object.entries(cases)) {
+        for (const [variant, run] of Object.entries(variants)) {
           const cpuBefore = process.cpuUsage();
           const serverBefore = postgresCpuMicros();
           const startedAt = Date.now();
           for (let done = 0; done < ops; done += concurrency) {
-            await Promise.all(Array.from({ length: Math.min(concurrency, ops - done) }, () => run(preparedStatements)));
+            await Promise.all(Array.from({ length: Math.min(concurrency, ops - done) }, () => run()));
           }
           const elapsed = Date.now() - startedAt;
           const cpu = process.cpuUsage(cpuBefore);
           const server = postgresCpuMicros() - serverBefore;
           lines.push(
-            `| ${operation} | ${preparedStatements ? 'prepared (default)' : 'preparedStatements: false'} | ${round} | ` +
+            `| ${operation} | ${variant} | ${round} | ` +
               `${((ops / elapsed) * 1000).toFixed(0)} | ${((cpu.user + cpu.system) / ops).toFixed(0)} | ${(server / ops).toFixed(0)} |`,
           );
         }
@@ -96,7 +118,7 @@ async function main(): Promise<void> {
     }
     process.stdout.write(`${ops} operations per run, ${concurrency} at once, pool of 20\n\n${lines.join('\n')}\n`);
   } finally {
-    await dataSource.query(`DROP TABLE IF EXISTS "${table}"`).catch(() => undefined);
+    for (const t of [table, `${table}_floor`]) await dataSource.query(`DROP TABLE IF EXISTS "${t}"`).catch(() => undefined);
     await dataSource.destroy();
   }
 }

@@ -23,6 +23,7 @@ import { median, round } from './stats.js';
 import { describeLib } from './lib.js';
 import { ALL_STORES, SQL_STORES, storeModuleReady, type StoreName } from './stores.js';
 import type { FloorName } from './floors.js';
+import { writeCharts } from './chart.js';
 
 export type Platform = 'express' | 'fastify';
 export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
@@ -946,13 +947,17 @@ if (require.main === module) {
   const options = parseArgs(process.argv.slice(2));
   const started = Date.now();
   runBench(options).then(
-    (result) => {
+    async (result) => {
       const report = markdownReport(result);
       mkdirSync(dirname(options.out), { recursive: true });
       writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
       writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
       process.stdout.write('\n' + report + '\n');
-      if (options.updateDocs && options.out === DEFAULT_OUT) updateDocs(markdownReport(result, { docs: true }));
+      if (options.updateDocs && options.out === DEFAULT_OUT) {
+        updateDocs(markdownReport(result, { docs: true }));
+        // The charts of docs/performance.md, drawn from bench/results/*.json (bench/chart.ts).
+        await writeCharts(join(ROOT, 'bench', 'results'), join(ROOT, 'docs', 'images'));
+      }
       process.stderr.write(`Wrote ${options.out} in ${Math.round((Date.now() - started) / 1000)} s\n`);
       process.exit(0);
     },

@@ -1,4 +1,5 @@
 import type { DataSource, QueryRunner } from 'typeorm';
+import { onDeadline } from '../../sql/deadline.js';
 
 /*
  * Discarding a connection that ran past the store's deadline (`statementTimeout`): its
@@ -44,13 +45,7 @@ export function discardRunnerConnection(dataSource: DataSource, runner: QueryRun
   discardConnection(dataSource, (runner as { databaseConnection?: unknown }).databaseConnection);
 }
 
-/** Calls `discard` when `signal` aborts, until the returned function is called. */
+/** Calls `discard` when `signal` aborts, until the returned function is called (`onDeadline`: cheap on the store's own deadline signals). */
 export function onAbort(signal: AbortSignal | undefined, discard: () => void): () => void {
-  if (!signal) return () => undefined;
-  if (signal.aborted) {
-    discard();
-    return () => undefined;
-  }
-  signal.addEventListener('abort', discard, { once: true });
-  return () => signal.removeEventListener('abort', discard);
+  return onDeadline(signal, discard);
 }
