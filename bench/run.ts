@@ -759,7 +759,7 @@ export function floorTargets(platform: Platform, r: PlatformResult, latencyConne
   // The near cache: first executions as dear as without it, replays near a memory replay.
   const near = (c: HttpCase, against: StoreName, label: string, max: number) => {
     const mine = r.cases[c]?.redisNear?.addedCpuMicrosPerRequest;
-    const other = r.cases[c === 'latency' ? 'latency' : c]?.[against]?.addedCpuMicrosPerRequest;
+    const other = r.cases[c]?.[against]?.addedCpuMicrosPerRequest;
     if (mine === undefined || other === undefined) return;
     const v = mine / other;
     checks.push({ name: `${platform}: near cache, ${label}`, target: `≤ ${max.toFixed(2)}`, measured: fmt(v), met: v <= max });

@@ -1,5 +1,4 @@
 import type { DataSource, QueryRunner } from 'typeorm';
-import { onDeadline } from '../../sql/deadline.js';
 
 /*
  * Discarding a connection that ran past the store's deadline (`statementTimeout`): its
@@ -43,9 +42,4 @@ export function discardConnection(dataSource: DataSource, connection: unknown): 
 /** Destroys the connection a query runner holds (none before `connect()` resolved: a late one is released by its caller). */
 export function discardRunnerConnection(dataSource: DataSource, runner: QueryRunner): void {
   discardConnection(dataSource, (runner as { databaseConnection?: unknown }).databaseConnection);
-}
-
-/** Calls `discard` when `signal` aborts, until the returned function is called (`onDeadline`: cheap on the store's own deadline signals). */
-export function onAbort(signal: AbortSignal | undefined, discard: () => void): () => void {
-  return onDeadline(signal, discard);
 }

@@ -1,9 +1,10 @@
+import { onDeadline } from '../../sql/deadline.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { isConnectionLoss } from '../../sql/failures.js';
 import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../../sql/port.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
 import { dialectOf } from '../dialect.js';
-import { discardRunnerConnection, onAbort } from './connection-discard.js';
+import { discardRunnerConnection } from './connection-discard.js';
 import { withOwnConnection } from './lock-holder.js';
 import { sqlExecutorOf, withRunner } from './sql-executor.js';
 
@@ -76,7 +77,7 @@ async function onAbortDiscarding<T>(
   deadline: ConnectionDeadline | undefined,
   call: () => Promise<T>,
 ): Promise<T> {
-  const stopWatching = onAbort(deadline?.signal, () => discardRunnerConnection(dataSource, runner));
+  const stopWatching = onDeadline(deadline?.signal, () => discardRunnerConnection(dataSource, runner));
   try {
     return await call();
   } finally {

@@ -1,6 +1,7 @@
+import { onDeadline } from '../../sql/deadline.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { ConnectionDeadline } from '../../sql/port.js';
-import { discardRunnerConnection, onAbort } from './connection-discard.js';
+import { discardRunnerConnection } from './connection-discard.js';
 import { createGuardedQueryRunner } from './pg-client-guard.js';
 
 /**
@@ -14,7 +15,7 @@ export async function withOwnConnection<T>(
   deadline?: ConnectionDeadline,
 ): Promise<T> {
   const runner = createGuardedQueryRunner(dataSource);
-  const stopWatching = onAbort(deadline?.signal, () => discardRunnerConnection(dataSource, runner));
+  const stopWatching = onDeadline(deadline?.signal, () => discardRunnerConnection(dataSource, runner));
   try {
     // A connection that comes after the deadline is healthy, only late: the caller's fn
     // refuses to start on it, and it goes back to the pool.

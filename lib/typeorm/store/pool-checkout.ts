@@ -1,7 +1,8 @@
+import { onDeadline } from '../../sql/deadline.js';
 import type { DataSource } from 'typeorm';
 import type { MysqlPool, PgPool, PgQueryable } from '../internals.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
-import { discardConnection, onAbort } from './connection-discard.js';
+import { discardConnection } from './connection-discard.js';
 import { runMysqlStatement } from './mysql-statement.js';
 import { runPgStatement } from './pg-statement.js';
 
@@ -30,7 +31,7 @@ export async function runPgStatementDiscarding(
     client.release();
     throw signal.reason;
   }
-  const stopWatching = onAbort(signal, () => discardConnection(dataSource, client));
+  const stopWatching = onDeadline(signal, () => discardConnection(dataSource, client));
   try {
     return await runPgStatement(dataSource, client, statement);
   } finally {
@@ -60,7 +61,7 @@ export async function runMysqlStatementDiscarding(
     connection.release();
     throw signal.reason;
   }
-  const stopWatching = onAbort(signal, () => discardConnection(dataSource, connection));
+  const stopWatching = onDeadline(signal, () => discardConnection(dataSource, connection));
   try {
     return await runMysqlStatement(dataSource, connection, statement);
   } finally {

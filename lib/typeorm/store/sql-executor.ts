@@ -1,3 +1,4 @@
+import { onDeadline } from '../../sql/deadline.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { mysqlPoolOf, pgClientOf, pgPoolOf } from '../internals.js';
 import { mysqlHeaderOf, runMysqlStatement } from './mysql-statement.js';
@@ -7,7 +8,7 @@ import { dialectOf, type RecordDialect } from '../dialect.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
 import { runPgStatement } from './pg-statement.js';
 import { transactionContext } from './transaction-context.js';
-import { discardRunnerConnection, onAbort } from './connection-discard.js';
+import { discardRunnerConnection } from './connection-discard.js';
 import { runMysqlStatementDiscarding, runPgStatementDiscarding } from './pool-checkout.js';
 
 export type { SqlResult } from '../../sql/statement.js';
@@ -51,7 +52,7 @@ class RunnerExecutor implements SqlExecutor {
 
   run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
     return withRunner(this.dataSource, this.dialect, (runner) => {
-      const stopWatching = onAbort(signal, () => discardRunnerConnection(this.dataSource, runner));
+      const stopWatching = onDeadline(signal, () => discardRunnerConnection(this.dataSource, runner));
       return runOnRunner(runner, statement).finally(stopWatching);
     });
   }
