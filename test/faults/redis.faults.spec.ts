@@ -9,13 +9,15 @@ import { redisClusterFaultStore, redisFaultStore, type FaultStore } from './harn
 const ANSWER_BOUND_MS = 4_000;
 
 // A Cluster command can take more than one round trip (a script not yet loaded on a node,
-// a slot map refresh), so on a 150 ms path one in about a hundred brushes the 1 s
-// commandTimeout of recommendedRedisClusterOptions() and answers 503 (measured, and said in
-// docs/reliability.md); standalone Redis answers every request.
+// a slot map refresh), so on a 200 ± 50 ms path about one in a hundred brushes the 1 s
+// commandTimeout of recommendedRedisClusterOptions() and answers 503 (measured; up to
+// 1.2 s seen). docs/reliability.md says to raise commandTimeout for such links, and the
+// slow-path case runs the Cluster exactly so (3 s), where nothing may answer 503, like
+// standalone Redis on the default 1 s.
 describe.each([
-  { name: 'Redis', open: redisFaultStore, slowUnavailableShare: 0 },
-  { name: 'Redis Cluster', open: redisClusterFaultStore, slowUnavailableShare: 0.05 },
-])('network faults: $name', ({ open, slowUnavailableShare }) => {
+  { name: 'Redis', open: redisFaultStore, slowPathCommandTimeout: 1_000 },
+  { name: 'Redis Cluster', open: redisClusterFaultStore, slowPathCommandTimeout: 3_000 },
+])('network faults: $name', ({ open, slowPathCommandTimeout }) => {
   let store: FaultStore;
   let run: FaultRun | undefined;
 
@@ -39,8 +41,11 @@ describe.each([
     console.log(figuresLine(store.name, 'stall', figures));
   }, 60_000);
 
-  it('a slow path (200 ± 50 ms per round trip): no handler twice, no hang, 503 only as the Cluster note above says', async () => {
-    const figures = await slowPath(run!, { ms: 200, jitterMs: 50 }, 30, slowUnavailableShare);
+  it('a slow path (200 ± 50 ms per round trip), commandTimeout as the note above says: no handler twice, no hang, no 503', async () => {
+    await run!.stop();
+    run = new FaultRun(store, { answerBoundMs: 2 * slowPathCommandTimeout + 2_000, backend: { commandTimeout: slowPathCommandTimeout } });
+    await run.start();
+    const figures = await slowPath(run, { ms: 200, jitterMs: 50 }, 30);
     console.log(figuresLine(store.name, 'latency', figures));
   }, 60_000);
 

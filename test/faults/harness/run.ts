@@ -10,7 +10,7 @@ import { HarnessClient, isSuccess, type Outcome } from '../../reliability/harnes
 import { checkInvariant, formatStats, type Effect, type InvariantReport } from '../../reliability/harness/invariant.js';
 import { LoadDriver, settleAll } from '../../reliability/harness/load.js';
 import { startFaultApp, type FaultApp } from './app.js';
-import type { FaultStore } from './stores.js';
+import type { FaultBackendOptions, FaultStore } from './stores.js';
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -30,6 +30,8 @@ export interface FaultRunOptions {
   readonly answerBoundMs: number;
   /** @default random */
   readonly seed?: number;
+  /** Client settings of every instance's store. @default {} (the documented ones) */
+  readonly backend?: FaultBackendOptions;
 }
 
 export interface FaultReport extends InvariantReport {
@@ -65,7 +67,7 @@ export class FaultRun {
   async start(): Promise<void> {
     const count = this.options.apps ?? 2;
     for (let i = 0; i < count; i++) {
-      const backend = await this.store.openBackend();
+      const backend = await this.store.openBackend(this.options.backend);
       this.apps.push(
         await startFaultApp(`app${i}`, backend, {
           leaseTtl: this.options.leaseTtl ?? 30_000,

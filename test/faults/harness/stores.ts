@@ -22,12 +22,18 @@ import { startRedisCluster } from '../../support/redis-servers.js';
 import type { FaultBackend } from './app.js';
 
 /** A store behind its faulty paths. */
+/** What one run may change in its instances' client settings (Redis stores only). */
+export interface FaultBackendOptions {
+  /** The client's `commandTimeout`, ms. @default 1000 (`recommendedRedisOptions()`'s own) */
+  readonly commandTimeout?: number;
+}
+
 export interface FaultStore {
   readonly name: string;
   /** Every path from the application to the store (one per Redis Cluster node). */
   readonly proxies: FaultProxy[];
   /** The store of one application instance, on connections of its own. */
-  openBackend(): Promise<FaultBackend>;
+  openBackend(options?: FaultBackendOptions): Promise<FaultBackend>;
   /** Effects committed in the database (transactional mode). */
   readonly readEffects?: () => Promise<Effect[]>;
   dispose(): Promise<void>;
@@ -43,8 +49,8 @@ export async function redisFaultStore(): Promise<FaultStore> {
   return {
     name: 'Redis',
     proxies: [proxy],
-    async openBackend() {
-      const client = new Redis({ ...proxy.address, lazyConnect: true, ...recommendedRedisOptions() });
+    async openBackend(options = {}) {
+      const client = new Redis({ ...proxy.address, lazyConnect: true, ...recommendedRedisOptions(options) });
       client.on('error', () => undefined);
       clients.push(client);
       return { store: new RedisIdempotencyStore(client, { prefix }), close: async () => void client.disconnect() };
@@ -69,10 +75,10 @@ export async function redisClusterFaultStore(): Promise<FaultStore> {
   return {
     name: 'Redis Cluster',
     proxies,
-    async openBackend() {
+    async openBackend(options = {}) {
       const client = new Cluster(
         proxies.map((proxy) => proxy.address),
-        { ...recommendedRedisClusterOptions(), natMap, lazyConnect: true },
+        { ...recommendedRedisClusterOptions(options), natMap, lazyConnect: true },
       );
       client.on('error', () => undefined);
       return { store: new RedisIdempotencyStore(client, { prefix }), close: async () => void client.disconnect() };
