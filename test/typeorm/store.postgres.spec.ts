@@ -222,6 +222,48 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     expect(await store.purgeExpired()).toEqual({ ran: true, deleted: 0 });
   });
 
+  it('deletes a purge batch by index even on the generic plan PostgreSQL keeps for a prepared statement after five runs', async () => {
+    const store = await newStore();
+    const sent: string[] = [];
+    const logQuery = dataSource.logger.logQuery.bind(dataSource.logger);
+    dataSource.logger.logQuery = (query: string, parameters?: unknown[]) => {
+      sent.push(query);
+      logQuery(query, parameters);
+    };
+    try {
+      await store.purgeExpired();
+    } finally {
+      dataSource.logger.logQuery = logQuery;
+    }
+    const batch = sent.find((query) => query.startsWith('DELETE'));
+    expect(batch).toBeDefined();
+    // 200 000 rows, every other one expired: enough for a plan that scans the table to be the planner's choice.
+    await dataSource.query(
+      `INSERT INTO ${store.tableName} ("key", "status", "fingerprint", "result", "expires_at", "created_at")
+       SELECT 'p' || g, 'completed', 'f', repeat('x', 200), CASE WHEN g % 2 = 0 THEN g ELSE 9999999999999 END, 0 FROM generate_series(1, 200000) g`,
+    );
+    await dataSource.query(`ANALYZE ${store.tableName}`);
+    const runner = dataSource.createQueryRunner();
+    try {
+      await runner.query('BEGIN');
+      await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
+      await runner.query(`PREPARE purge_plan_probe(integer) AS ${batch}`);
+      const [{ 'QUERY PLAN': plan }] = await runner.query('EXPLAIN (FORMAT JSON) EXECUTE purge_plan_probe(1000)');
+      const nodes: string[] = [];
+      const walk = (node: { 'Node Type': string; Plans?: unknown[] }) => {
+        nodes.push(node['Node Type']);
+        for (const child of node.Plans ?? []) walk(child as typeof node);
+      };
+      walk(plan[0].Plan);
+      expect({ nodes, seqScan: nodes.includes('Seq Scan') }).toEqual({ nodes, seqScan: false });
+    } finally {
+      await runner.query('ROLLBACK').catch(() => undefined);
+      await runner.query('DEALLOCATE purge_plan_probe').catch(() => undefined);
+      await runner.release();
+    }
+    expect(await store.purgeExpired()).toEqual({ ran: true, deleted: 100_000 });
+  }, 60_000);
+
   it('lets only one of two concurrent purges (two app instances) run, through the advisory lock', async () => {
     const tableName = uniqueName('records');
     const other = await createPgDataSource({ schema: db.schema, synchronize: false, poolSize: 3 });

@@ -130,9 +130,14 @@ RETURNING "key"`,
 FROM (SELECT ${PG_NOW} AS now_ms) c
 WHERE "key" = $1`,
     // SKIP LOCKED: a row being taken over right now is left alone instead of waited for.
-    purgeBatch: `DELETE FROM ${t} WHERE "key" IN (
+    // = ANY(ARRAY(...)), not IN (...): the batch is a named prepared statement, and after
+    // five runs PostgreSQL may keep a generic plan, which does not know LIMIT $1 and reads
+    // IN (...) as a hash semi-join over a scan of the whole table (measured at 400 000 rows:
+    // 64 ms per batch of 1000). ARRAY(...) is an InitPlan whatever the plan: the batch's keys
+    // first, then one primary-key lookup each (4 ms).
+    purgeBatch: `DELETE FROM ${t} WHERE "key" = ANY(ARRAY(
   SELECT "key" FROM ${t} WHERE "expires_at" <= ${PG_NOW} ORDER BY "expires_at" LIMIT $1 FOR UPDATE SKIP LOCKED
-)`,
+))`,
     probe: probeSql(t),
   };
 }
