@@ -8,16 +8,16 @@ import { redisClusterFaultStore, redisFaultStore, type FaultStore } from './harn
 // commandTimeout (1 s) for the claim, plus one for a complete caught by the fault.
 const ANSWER_BOUND_MS = 4_000;
 
-// A Cluster command can take more than one round trip (a script not yet loaded on a node,
-// a slot map refresh), so on a 200 ± 50 ms path about one in a hundred brushes the 1 s
-// commandTimeout of recommendedRedisClusterOptions() and answers 503 (measured; up to
-// 1.2 s seen). docs/reliability.md says to raise commandTimeout for such links, and the
-// slow-path case runs the Cluster exactly so (3 s), where nothing may answer 503, like
-// standalone Redis on the default 1 s.
+// A Cluster command sometimes takes several round trips (a script not yet loaded on a
+// node, a slot map refresh, a node connection made again), so on a 200 ± 50 ms path a few
+// calls in a hundred outlast the 1 s commandTimeout of recommendedRedisClusterOptions(),
+// or even the store's 2 s timeout, and answer 503 (measured: claims up to 2 s). The docs
+// (reliability.md) say to raise both for such links, and the Cluster's slow-path case runs
+// so (3 s and 5 s), where nothing may answer 503, like standalone Redis on the defaults.
 describe.each([
-  { name: 'Redis', open: redisFaultStore, slowPathCommandTimeout: 1_000 },
-  { name: 'Redis Cluster', open: redisClusterFaultStore, slowPathCommandTimeout: 3_000 },
-])('network faults: $name', ({ open, slowPathCommandTimeout }) => {
+  { name: 'Redis', open: redisFaultStore, slowPath: {} },
+  { name: 'Redis Cluster', open: redisClusterFaultStore, slowPath: { commandTimeout: 3_000, storeTimeout: 5_000 } },
+])('network faults: $name', ({ open, slowPath: slowPathBackend }) => {
   let store: FaultStore;
   let run: FaultRun | undefined;
 
@@ -41,9 +41,10 @@ describe.each([
     console.log(figuresLine(store.name, 'stall', figures));
   }, 60_000);
 
-  it('a slow path (200 ± 50 ms per round trip), commandTimeout as the note above says: no handler twice, no hang, no 503', async () => {
+  it('a slow path (200 ± 50 ms per round trip), timeouts as the note above says: no handler twice, no hang, no 503', async () => {
     await run!.stop();
-    run = new FaultRun(store, { answerBoundMs: 2 * slowPathCommandTimeout + 2_000, backend: { commandTimeout: slowPathCommandTimeout } });
+    // The bound of an answer: a claim and a complete, each within the store's timeout.
+    run = new FaultRun(store, { answerBoundMs: 2 * (slowPathBackend.storeTimeout ?? 2_000) + 1_000, backend: slowPathBackend });
     await run.start();
     const figures = await slowPath(run, { ms: 200, jitterMs: 50 }, 30);
     console.log(figuresLine(store.name, 'latency', figures));

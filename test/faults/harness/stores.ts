@@ -26,6 +26,8 @@ import type { FaultBackend } from './app.js';
 export interface FaultBackendOptions {
   /** The client's `commandTimeout`, ms. @default 1000 (`recommendedRedisOptions()`'s own) */
   readonly commandTimeout?: number;
+  /** The store's own bound of a call (`RedisIdempotencyStore`'s `timeout`), ms. @default 2000 (the store's default) */
+  readonly storeTimeout?: number;
 }
 
 export interface FaultStore {
@@ -49,11 +51,11 @@ export async function redisFaultStore(): Promise<FaultStore> {
   return {
     name: 'Redis',
     proxies: [proxy],
-    async openBackend(options = {}) {
-      const client = new Redis({ ...proxy.address, lazyConnect: true, ...recommendedRedisOptions(options) });
+    async openBackend({ storeTimeout, ...clientOptions }: FaultBackendOptions = {}) {
+      const client = new Redis({ ...proxy.address, lazyConnect: true, ...recommendedRedisOptions(clientOptions) });
       client.on('error', () => undefined);
       clients.push(client);
-      return { store: new RedisIdempotencyStore(client, { prefix }), close: async () => void client.disconnect() };
+      return { store: new RedisIdempotencyStore(client, { prefix, timeout: storeTimeout }), close: async () => void client.disconnect() };
     },
     async dispose() {
       await proxy.stop();
@@ -75,13 +77,13 @@ export async function redisClusterFaultStore(): Promise<FaultStore> {
   return {
     name: 'Redis Cluster',
     proxies,
-    async openBackend(options = {}) {
+    async openBackend({ storeTimeout, ...clientOptions }: FaultBackendOptions = {}) {
       const client = new Cluster(
         proxies.map((proxy) => proxy.address),
-        { ...recommendedRedisClusterOptions(options), natMap, lazyConnect: true },
+        { ...recommendedRedisClusterOptions(clientOptions), natMap, lazyConnect: true },
       );
       client.on('error', () => undefined);
-      return { store: new RedisIdempotencyStore(client, { prefix }), close: async () => void client.disconnect() };
+      return { store: new RedisIdempotencyStore(client, { prefix, timeout: storeTimeout }), close: async () => void client.disconnect() };
     },
     async dispose() {
       await Promise.all(proxies.map((proxy) => proxy.stop()));
