@@ -1,5 +1,7 @@
 import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from './port.js';
 import type { SqlResult, Statement } from './statement.js';
+import { TimerQueue, type TimerQueueItem } from '../core/timer-queue.js';
+import { DeadlineSignal } from './deadline-signal.js';
 
 /**
  * The client-side deadline of the SQL stores (`statementTimeout`): a stalled network path
@@ -27,70 +29,51 @@ export class StatementDeadlineError extends Error {
 
 const bounded = new WeakSet<object>();
 
-/**
- * What runs when a deadline's signal aborts (`onDeadline`), kept here instead of as
- * `'abort'` listeners: on Node 20 an `addEventListener` / `removeEventListener` pair on an
- * AbortSignal costs about 6 µs, more than the rest of a bounded statement, and every
- * statement of a store registers one. Only signals of this module's deadlines are keys;
- * `onDeadline` listens on any other signal the usual way.
- */
-const deadlineHooks = new WeakMap<AbortSignal, Array<() => void>>();
-const noop = (): void => undefined;
+/** One statement on the pool in flight: its deadline's signal, and how its caller is told it passed. */
+class PendingStatement extends DeadlineSignal implements TimerQueueItem {
+  dueAt = 0;
 
-/** A controller whose signal `onDeadline` watches cheaply. */
-function deadlineController(): AbortController {
-  const controller = new AbortController();
-  deadlineHooks.set(controller.signal, []);
-  return controller;
-}
-
-/** Aborts a deadline's controller with `error`, then runs what `onDeadline` registered on it. */
-function abortDeadline(controller: AbortController, error: StatementDeadlineError): void {
-  controller.abort(error);
-  const hooks = deadlineHooks.get(controller.signal);
-  if (!hooks) return;
-  deadlineHooks.delete(controller.signal);
-  for (const hook of hooks) hook();
-}
-
-/**
- * Calls `fn` when `signal` aborts (at once if it has), until the returned function is
- * called: how an implementation destroys the connection of a statement past its deadline.
- */
-export function onDeadline(signal: AbortSignal | undefined, fn: () => void): () => void {
-  if (!signal) return noop;
-  if (signal.aborted) {
-    fn();
-    return noop;
+  constructor(readonly reject: (error: unknown) => void) {
+    super();
   }
-  const hooks = deadlineHooks.get(signal);
-  if (hooks === undefined) {
-    signal.addEventListener('abort', fn, { once: true });
-    return () => signal.removeEventListener('abort', fn);
-  }
-  hooks.push(fn);
-  return () => {
-    const at = hooks.indexOf(fn);
-    if (at >= 0) hooks.splice(at, 1);
-  };
 }
 
 /**
  * `db` with every operation of the store bounded by `ms` (undefined: the default; 0: `db`
  * as it is): a statement on the pool, the checkout (and BEGIN) of a held connection, each
  * statement on it, and a transaction's COMMIT. Past the deadline the call rejects with
- * `StatementDeadlineError` and the implementation is told (an AbortSignal) to destroy the
+ * `StatementDeadlineError` and the implementation is told (a `DeadlineSignal`) to destroy the
  * connection. A database bounded already is returned as it is (a transaction of a store
  * goes through both the store's records and the transaction's entry).
  */
 export function withDeadline<Tx extends SqlTransaction>(db: SqlDatabase<Tx>, ms: number | undefined): SqlDatabase<Tx> {
   const limit = ms ?? DEFAULT_STATEMENT_TIMEOUT_MS;
   if (limit === 0 || bounded.has(db)) return db;
+  // Every statement on the pool waits the same `limit`: one timer for all of them (a
+  // timer per statement cost each one a timer created and cleared).
+  const statements = new TimerQueue<PendingStatement>(limit, (pending) => {
+    const error = new StatementDeadlineError('a statement', limit);
+    pending.abort(error);
+    pending.reject(error);
+  });
   const decorated: SqlDatabase<Tx> = {
     identity: db.identity,
     run(statement: Statement): Promise<SqlResult> {
-      const controller = deadlineController();
-      return race(db.run(statement, controller.signal), limit, 'a statement', controller);
+      return new Promise<SqlResult>((resolve, reject) => {
+        const pending = new PendingStatement(reject);
+        statements.add(pending);
+        // Past the deadline the statement settles later (or never); its settlement is then ignored.
+        db.run(statement, pending).then(
+          (result) => {
+            statements.delete(pending);
+            resolve(result);
+          },
+          (error: unknown) => {
+            statements.delete(pending);
+            reject(error);
+          },
+        );
+      });
     },
     withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
       const held = new HeldConnection(limit);
@@ -135,8 +118,7 @@ function boundTransaction<Tx extends SqlTransaction>(tx: Tx, held: HeldConnectio
  * (until `fn` is entered), for each statement, and for the COMMIT.
  */
 class HeldConnection implements ConnectionDeadline {
-  private readonly controller = deadlineController();
-  readonly signal = this.controller.signal;
+  readonly signal = new DeadlineSignal();
   private timer: ReturnType<typeof setTimeout> | undefined;
   private expire: ((error: StatementDeadlineError) => void) | undefined;
   private error: StatementDeadlineError | undefined;
@@ -194,33 +176,8 @@ class HeldConnection implements ConnectionDeadline {
   private abort(what: string): StatementDeadlineError {
     if (!this.error) {
       this.error = new StatementDeadlineError(what, this.ms);
-      abortDeadline(this.controller, this.error);
+      this.signal.abort(this.error);
     }
     return this.error;
   }
-}
-
-/**
- * `promise`, or a `StatementDeadlineError` (and `controller` aborted) after `ms`. One
- * promise and one timer, settled by whichever comes first (a late settlement of the other
- * is ignored): the statement path of every store request runs through here.
- */
-function race<T>(promise: Promise<T>, ms: number, what: string, controller: AbortController): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      const error = new StatementDeadlineError(what, ms);
-      abortDeadline(controller, error);
-      reject(error);
-    }, ms);
-    promise.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
 }

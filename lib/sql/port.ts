@@ -1,3 +1,4 @@
+import type { DeadlineSignal } from './deadline-signal.js';
 import type { SqlResult, Statement } from './statement.js';
 
 /*
@@ -37,7 +38,7 @@ export interface SqlConnection {
  */
 export interface ConnectionDeadline {
   /** Aborted when an operation on the held connection ran past the deadline. */
-  readonly signal: AbortSignal;
+  readonly signal: DeadlineSignal;
   /**
    * Bounds one more operation on the held connection by the same deadline (the work's own
    * statements inside an idempotent transaction); rejects at once after an abort.
@@ -67,7 +68,7 @@ export interface SqlDatabase<Tx extends SqlTransaction = SqlTransaction> {
    * When `signal` aborts (the statement ran past the deadline), the connection it holds
    * is destroyed rather than released, where the implementation can.
    */
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult>;
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult>;
   /**
    * Runs `fn` on one pooled connection held from its first statement to its last (a
    * session-level advisory lock's holder), released after.

@@ -1,4 +1,5 @@
-import { StatementDeadlineError, onDeadline, withDeadline } from '../../lib/sql/deadline.js';
+import { DeadlineSignal, onDeadline } from '../../lib/sql/deadline-signal.js';
+import { StatementDeadlineError, withDeadline } from '../../lib/sql/deadline.js';
 import type { SqlConnection, SqlDatabase, SqlTransaction } from '../../lib/sql/port.js';
 import type { SqlResult, Statement } from '../../lib/sql/statement.js';
 
@@ -12,11 +13,11 @@ const answer: SqlResult = { rows: [], affected: 0 };
 
 /** A database whose statements answer only when `release()` is called; the signals it was given are kept. */
 function heldDatabase() {
-  const signals: AbortSignal[] = [];
+  const signals: DeadlineSignal[] = [];
   const pending: Array<() => void> = [];
   const db: SqlDatabase = {
     identity: {},
-    run(_statement: Statement, signal?: AbortSignal) {
+    run(_statement: Statement, signal?: DeadlineSignal) {
       if (signal) signals.push(signal);
       return new Promise<SqlResult>((resolve) => pending.push(() => resolve(answer)));
     },
@@ -30,7 +31,7 @@ function heldDatabase() {
   return { db, signals, release: () => pending.splice(0).forEach((resolve) => resolve()) };
 }
 
-describe('statementTimeout: onDeadline', () => {
+describe('statementTimeout: DeadlineSignal and onDeadline', () => {
   it('runs a hook registered on a statement’s signal once, when the statement passes its deadline', async () => {
     const { db, signals } = heldDatabase();
     const calls: string[] = [];
@@ -64,16 +65,18 @@ describe('statementTimeout: onDeadline', () => {
     expect({ calls, aborted: signals[0].aborted }).toEqual({ calls: [], aborted: false });
   });
 
-  it('watches a signal of any other origin with a listener: on abort, not after its remover, at once when aborted already', () => {
+  it('runs each hook once, whatever aborts the signal and however often; none without a signal', () => {
     const calls: string[] = [];
-    const foreign = new AbortController();
-    const removed = onDeadline(foreign.signal, () => calls.push('removed'));
-    onDeadline(foreign.signal, () => calls.push('kept'));
+    const signal = new DeadlineSignal();
+    const removed = onDeadline(signal, () => calls.push('removed'));
+    onDeadline(signal, () => calls.push('kept'));
     removed();
-    foreign.abort();
-    onDeadline(foreign.signal, () => calls.push('late'));
-    expect(calls).toEqual(['kept', 'late']);
-    expect(onDeadline(undefined, () => calls.push('never'))).toBeInstanceOf(Function);
+    removed();
+    signal.abort(new Error('first'));
+    signal.abort(new Error('second'));
+    onDeadline(signal, () => calls.push('late'));
+    expect({ calls, reason: signal.reason?.message }).toEqual({ calls: ['kept', 'late'], reason: 'first' });
+    onDeadline(undefined, () => calls.push('never'))();
     expect(calls).toEqual(['kept', 'late']);
   });
 

@@ -137,6 +137,48 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     }
   });
 
+  it('destroys the connection of a claim stuck past statementTimeout instead of returning it to the pool', async () => {
+    const own = await createPgDataSource({ poolSize: 2, synchronize: false, schema: db.schema });
+    const pool = (own.dataSource.driver as unknown as { master: { _clients: Array<{ processID: number | null }> } }).master;
+    const store = new TypeOrmIdempotencyStore(own.dataSource, { tableName: uniqueName('stuck'), statementTimeout: 300 });
+    await store.ensureTable();
+    const k = key();
+    const holder = dataSource.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    try {
+      // An uncommitted lease on the key: the claim's insert waits on it for as long as this transaction lasts.
+      await holder.query(
+        `INSERT INTO ${store.tableName} (key, status, lease_token, lease_expires_at, expires_at, created_at) VALUES ($1, 'in_progress', 'holder', 0, 9999999999999, 0)`,
+        [k],
+      );
+      const claim = store.claim(k, { token: 'stuck', leaseTtl: 10_000 });
+      let stuckPid = 0;
+      await waitUntil(
+        async () => {
+          const rows: Array<{ pid: number }> = await dataSource.query(
+            `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`,
+            [store.tableName],
+          );
+          stuckPid = rows[0]?.pid ?? 0;
+          return stuckPid !== 0;
+        },
+        { what: 'the claim to wait on the uncommitted row' },
+      );
+      expect(pool._clients.map((client) => client.processID)).toContain(stuckPid);
+      await expect(claim).rejects.toMatchObject({ name: 'StatementDeadlineError', code: 'ETIMEDOUT' });
+      // The lock is still held: only a destroyed connection leaves the pool now.
+      await waitUntil(async () => !pool._clients.some((client) => client.processID === stuckPid), {
+        what: 'the pool to drop the connection of the stuck claim',
+      });
+      expect(holder.isTransactionActive).toBe(true);
+    } finally {
+      if (holder.isTransactionActive) await holder.rollbackTransaction();
+      await holder.release();
+      await own.dataSource.destroy();
+    }
+  });
+
   it('takes over a dead lease exactly once when 30 claims race for it', async () => {
     const store = await newStore();
     const k = key();

@@ -1,4 +1,4 @@
-import { onDeadline } from '../../sql/deadline.js';
+import { onDeadline, type DeadlineSignal } from '../../sql/deadline-signal.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { isConnectionLoss } from '../../sql/failures.js';
 import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../../sql/port.js';
@@ -21,7 +21,7 @@ export interface TypeOrmTransaction extends SqlTransaction {
 class TypeOrmDatabase implements SqlDatabase<TypeOrmTransaction> {
   constructor(readonly identity: DataSource) {}
 
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
     return sqlExecutorOf(this.identity).run(statement, signal);
   }
 

@@ -1,4 +1,4 @@
-import { onDeadline } from '../../sql/deadline.js';
+import { onDeadline } from '../../sql/deadline-signal.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { ConnectionDeadline } from '../../sql/port.js';
 import { discardRunnerConnection } from './connection-discard.js';

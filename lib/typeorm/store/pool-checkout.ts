@@ -1,4 +1,4 @@
-import { onDeadline } from '../../sql/deadline.js';
+import { onDeadline, type DeadlineSignal } from '../../sql/deadline-signal.js';
 import type { DataSource } from 'typeorm';
 import type { MysqlPool, PgPool, PgQueryable } from '../internals.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
@@ -23,7 +23,7 @@ export async function runPgStatementDiscarding(
   dataSource: DataSource,
   pool: PgPool,
   statement: Statement,
-  signal: AbortSignal,
+  signal: DeadlineSignal,
 ): Promise<SqlResult> {
   const client = (await (pool.connect as () => Promise<PgPoolClient>)()) as PgPoolClient;
   // Checked out after the deadline: healthy but late, so straight back, the statement not run.
@@ -50,7 +50,7 @@ export async function runMysqlStatementDiscarding(
   dataSource: DataSource,
   pool: MysqlPool,
   statement: Statement,
-  signal: AbortSignal,
+  signal: DeadlineSignal,
 ): Promise<SqlResult> {
   const connection = await new Promise<MysqlPoolConnection>((resolve, reject) => {
     (pool as unknown as { getConnection(cb: (error: Error | null, connection: MysqlPoolConnection) => void): void }).getConnection(

@@ -1,4 +1,4 @@
-import { onDeadline } from '../../sql/deadline.js';
+import { onDeadline, type DeadlineSignal } from '../../sql/deadline-signal.js';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { mysqlPoolOf, pgClientOf, pgPoolOf } from '../internals.js';
 import { mysqlHeaderOf, runMysqlStatement } from './mysql-statement.js';
@@ -16,7 +16,7 @@ export type { SqlResult } from '../../sql/statement.js';
 /** How the record statements of one DataSource reach the database. */
 export interface SqlExecutor {
   /** One statement outside any transaction; when `signal` aborts, its connection is destroyed (see connection-discard.ts). */
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult>;
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult>;
   /** One statement on a connection the caller holds (a transaction's, or the purge's lock holder). */
   runOn(runner: QueryRunner, statement: Statement): Promise<SqlResult>;
 }
@@ -50,7 +50,7 @@ class RunnerExecutor implements SqlExecutor {
     private readonly dialect: RecordDialect,
   ) {}
 
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
     return withRunner(this.dataSource, this.dialect, (runner) => {
       const stopWatching = onDeadline(signal, () => discardRunnerConnection(this.dataSource, runner));
       return runOnRunner(runner, statement).finally(stopWatching);
@@ -67,7 +67,7 @@ class PgPoolExecutor implements SqlExecutor {
     guardPgClientErrors(dataSource);
   }
 
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
     // Looked up on every statement: destroy() and initialize() give the DataSource a new
     // pool, and after destroy() there is none (the query runner then reports the DataSource
     // as not connected, as TypeORM does).
@@ -89,7 +89,7 @@ class PgPoolExecutor implements SqlExecutor {
 class MysqlPoolExecutor implements SqlExecutor {
   constructor(private readonly dataSource: DataSource) {}
 
-  run(statement: Statement, signal?: AbortSignal): Promise<SqlResult> {
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
     // Looked up on every statement, as on PostgreSQL: destroy() and initialize() replace the pool.
     const pool = mysqlPoolOf(this.dataSource);
     if (pool && signal) return runMysqlStatementDiscarding(this.dataSource, pool, statement, signal);
