@@ -1,8 +1,9 @@
 /**
- * What one claim + complete, and one `runIdempotentTransaction`, cost on PostgreSQL, with
- * and without prepared statements, with and without `statementTimeout`, and against the
- * floor of bench/floors.ts (the same two round trips by hand on the same pool), without
- * HTTP: operations per second, app CPU and PostgreSQL server CPU per operation.
+ * What one claim + complete, one replay (a claim that finds the completed record) and one
+ * `runIdempotentTransaction` cost on PostgreSQL, with and without prepared statements,
+ * with and without `statementTimeout`, and against the floor of bench/floors.ts (the
+ * same round trips by hand on the same pool), without HTTP: operations per second, app
+ * CPU and PostgreSQL server CPU per operation.
  *
  *   npm run bench:postgres [-- --ops 4000 --concurrency 50 --rounds 2]
  *
@@ -68,6 +69,12 @@ async function main(): Promise<void> {
     let n = 0;
     const nextKey = () => `k${process.pid}-${++n}`;
     const result = '{"kind":"value","value":{"t":"u"}}';
+    const replayKey = nextKey();
+    const replayToken = randomUUID();
+    await stores['prepared (default)'].claim(replayKey, { token: replayToken, leaseTtl: 30_000, fingerprint: 'f' });
+    await stores['prepared (default)'].complete(replayKey, replayToken, { result, ttl: 600_000 });
+    await floor.claim(replayKey, 'f', 30_000);
+    await floor.complete(replayKey, { fingerprint: 'f', status: 201, body: result }, 600_000);
     const cases: Record<string, Partial<Record<Variant, () => Promise<unknown>>>> = {
       'claim + complete': {
         ...Object.fromEntries(
@@ -86,6 +93,16 @@ async function main(): Promise<void> {
           await floor.claim(key, 'f', 30_000);
           await floor.complete(key, { fingerprint: 'f', status: 201, body: result }, 600_000);
         },
+      },
+      // A duplicate: one claim that finds the completed record (the same key every time, as a retry storm's).
+      replay: {
+        ...Object.fromEntries(
+          Object.entries(stores).map(([variant, store]) => [
+            variant,
+            () => store.claim(replayKey, { token: randomUUID(), leaseTtl: 30_000, fingerprint: 'f' }),
+          ]),
+        ),
+        'floor (by hand)': () => floor.claim(replayKey, 'f', 30_000),
       },
       'runIdempotentTransaction, first execution': {
         'prepared (default)': () => runIdempotentTransaction(dataSource, { key: nextKey(), tableName: table }, async () => ({ ok: true })),

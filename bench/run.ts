@@ -69,6 +69,8 @@ export interface BenchOptions {
   updateDocs: boolean;
   /** Directory for V8 CPU profiles of the app process (`node --cpu-prof`); none when unset. */
   cpuProfileDir?: string;
+  /** Measure nothing: write the report, docs/performance.md's tables and the charts again from this saved run (`--from bench/results/latest.json`). */
+  from?: string;
 }
 
 /** One autocannon run, reduced to what the report needs. */
@@ -276,13 +278,16 @@ export function parseArgs(argv: string[]): BenchOptions {
       case '--no-docs':
         options.updateDocs = false;
         break;
+      case '--from':
+        options.from = resolve(value());
+        break;
       case '--cpu-prof':
         options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'));
         break;
       case '--help':
         process.stdout.write(
           'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file]\n' +
+            '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file] [--from saved.json]\n' +
             '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
             '  [--no-docs]          leave docs/performance.md alone\n' +
             'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
@@ -807,12 +812,14 @@ const CASE_LABEL: Record<HttpCase, string> = {
 export function markdownReport(result: BenchResult, { docs = false }: { docs?: boolean } = {}): string {
   const lines: string[] = [];
   const o = result.options;
-  if (result.lib) lines.push(`Library: ${result.lib}`, '');
+  // The docs keep the commit and the start of its subject; the full line is in latest.md.
+  if (result.lib) lines.push(`Library: ${docs && result.lib.length > 110 ? `${result.lib.slice(0, 108).trimEnd()}…)` : result.lib}`, '');
   lines.push(
     `Run ${result.generatedAt} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
     `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the bare handler measured just before and after · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
     '',
   );
+  if (docs) return docsSummary(result, lines);
   for (const [platform, r] of Object.entries(result.http) as [Platform, PlatformResult][]) {
     lines.push(`### HTTP, ${platform === 'express' ? 'Express' : 'Fastify'}`, '');
     lines.push(
@@ -843,12 +850,6 @@ export function markdownReport(result: BenchResult, { docs = false }: { docs?: b
     );
     if (anomalies.length) lines.push('', `Unexpected answers: ${anomalies.join('; ')}.`);
     lines.push('');
-  }
-  if (docs) {
-    lines.push(
-      'makeIdempotent without HTTP, the memory store size and the targets of this run: `bench/results/latest.md` in the repository.',
-    );
-    return lines.join('\n');
   }
   if (result.functions) {
     lines.push('### makeIdempotent, no HTTP (50 concurrent callers)', '');
@@ -885,6 +886,42 @@ export function markdownReport(result: BenchResult, { docs = false }: { docs?: b
     for (const t of result.targets) lines.push(`| ${t.name} | ${t.target} | ${t.measured} | ${t.met ? 'yes' : '**no**'} |`);
     lines.push('');
   }
+  return lines.join('\n');
+}
+
+/**
+ * docs/performance.md's tables: per platform one row per store, the three cases side by
+ * side, each as the bare handler's throughput kept, the app CPU added per request and
+ * that CPU ÷ the floor's (bench/floors.ts). The full tables, with latencies and call
+ * counts, are in bench/results/latest.md.
+ */
+function docsSummary(result: BenchResult, lines: string[]): string {
+  const floorOf = (x: CaseSummary | undefined) => (x?.vsFloor ? ` (×${fmt(x.vsFloor.addedCpuRatio)})` : '');
+  const cell = (x: CaseSummary | undefined) => (x ? `**${fmt(x.rpsRatio)}** · +${fmt(x.addedCpuMicrosPerRequest, 0)}${floorOf(x)}` : '–');
+  const latency = (x: CaseSummary | undefined) =>
+    x?.addedP50Ms === undefined ? '–' : `+${fmt(x.addedP50Ms)} ms${x.vsFloor ? ` (×${fmt(x.vsFloor.addedP50Ratio)})` : ''}`;
+  const platforms = Object.entries(result.http) as [Platform, PlatformResult][];
+  const name = (platform: Platform) => (platform === 'express' ? 'Express' : 'Fastify');
+  lines.push(
+    `Bare handler: ${platforms.map(([p, r]) => `${name(p)} ${r.bare.rps} req/s, ${fmt(r.bare.cpuMicrosPerRequest, 0)} µs of app CPU per request`).join('; ')}. ` +
+      "Each cell: the bare handler's throughput kept (**× bare**) · app CPU added per request, µs (× the floor's). Latency: p50 added to a first execution from 1 connection (× the floor's).",
+    '',
+    `| store | ${platforms.map(([p]) => `${name(p)}: first execution | ${name(p)}: replay`).join(' | ')} | latency, ${platforms.map(([p]) => name(p)).join(' / ')} |`,
+    `|---|${platforms.map(() => '--:|--:|').join('')}--:|`,
+  );
+  const variants = new Set<Variant>();
+  for (const [, r] of platforms)
+    for (const byVariant of Object.values(r.cases)) for (const v of Object.keys(byVariant ?? {}) as Variant[]) variants.add(v);
+  for (const v of variants) {
+    if (v.startsWith('floor-')) continue;
+    const cells = platforms.map(([, r]) => `${cell(r.cases.first?.[v])} | ${cell(r.cases.replay?.[v])}`);
+    const latencies = platforms.map(([, r]) => latency(r.cases.latency?.[v])).join(' / ');
+    lines.push(`| ${VARIANT_LABEL[v]} | ${cells.join(' | ')} | ${latencies} |`);
+  }
+  lines.push(
+    '',
+    "The full tables (p50, p99, calls per request, the floors' own rows) and the targets: `bench/results/latest.md` in the repository.",
+  );
   return lines.join('\n');
 }
 
@@ -943,21 +980,28 @@ export async function runBench(
   return result;
 }
 
+/** Writes a run's JSON, its report and (for the default output) docs/performance.md's tables and the charts. */
+async function publish(result: BenchResult, options: BenchOptions): Promise<void> {
+  const report = markdownReport(result);
+  mkdirSync(dirname(options.out), { recursive: true });
+  if (!options.from) writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
+  writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
+  process.stdout.write('\n' + report + '\n');
+  if (options.updateDocs && options.out === DEFAULT_OUT) {
+    updateDocs(markdownReport(result, { docs: true }));
+    // The charts of docs/performance.md, drawn from bench/results/*.json (bench/chart.ts).
+    await writeCharts(join(ROOT, 'bench', 'results'), join(ROOT, 'docs', 'images'));
+  }
+}
+
 if (require.main === module) {
   const options = parseArgs(process.argv.slice(2));
   const started = Date.now();
-  runBench(options).then(
+  if (options.from) options.out = options.from;
+  const measured = options.from ? Promise.resolve(JSON.parse(readFileSync(options.from, 'utf8')) as BenchResult) : runBench(options);
+  measured.then(
     async (result) => {
-      const report = markdownReport(result);
-      mkdirSync(dirname(options.out), { recursive: true });
-      writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
-      writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
-      process.stdout.write('\n' + report + '\n');
-      if (options.updateDocs && options.out === DEFAULT_OUT) {
-        updateDocs(markdownReport(result, { docs: true }));
-        // The charts of docs/performance.md, drawn from bench/results/*.json (bench/chart.ts).
-        await writeCharts(join(ROOT, 'bench', 'results'), join(ROOT, 'docs', 'images'));
-      }
+      await publish(result, options);
       process.stderr.write(`Wrote ${options.out} in ${Math.round((Date.now() - started) / 1000)} s\n`);
       process.exit(0);
     },
