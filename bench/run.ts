@@ -812,10 +812,11 @@ const CASE_LABEL: Record<HttpCase, string> = {
 export function markdownReport(result: BenchResult, { docs = false }: { docs?: boolean } = {}): string {
   const lines: string[] = [];
   const o = result.options;
-  // The docs keep the commit and the start of its subject; the full line is in latest.md.
-  if (result.lib) lines.push(`Library: ${docs && result.lib.length > 110 ? `${result.lib.slice(0, 108).trimEnd()}…)` : result.lib}`, '');
+  // The docs name the commit only (in the run line); the full description is in latest.md.
+  const commit = result.lib ? /commit ([0-9a-f]{7,})/.exec(result.lib)?.[1] : undefined;
+  if (result.lib && !docs) lines.push(`Library: ${result.lib}`, '');
   lines.push(
-    `Run ${result.generatedAt} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
+    `Run ${result.generatedAt}${docs && commit ? ` · lib/ at ${commit}` : ''} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
     `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the bare handler measured just before and after · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
     '',
   );
