@@ -36,6 +36,28 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     return store;
   }
 
+  /**
+   * An uncommitted lease on key `k` of `table`, in a transaction of its own: a claim's
+   * snapshot cannot see it, and its insert waits on the unique index until it ends.
+   */
+  async function uncommittedLease(table: string, k: string) {
+    const holder = dataSource.createQueryRunner();
+    await holder.connect();
+    try {
+      await holder.startTransaction();
+      await holder.query(
+        `INSERT INTO ${table} (key, status, lease_token, lease_expires_at, expires_at, created_at)
+         SELECT $1, 'in_progress', 'holder', now_ms + 60000, now_ms + 60000, now_ms
+         FROM (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS now_ms) c`,
+        [k],
+      );
+      return holder;
+    } catch (error) {
+      await holder.release();
+      throw error;
+    }
+  }
+
   it('runs its statements as named prepared statements on the pool, reported to the DataSource logger', async () => {
     // One connection, so the session whose prepared statements we list is the store's.
     const single = await createPgDataSource({ poolSize: 1, synchronize: false });
@@ -102,18 +124,8 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
   it('runs the claim statement again when the blocking row commits after its snapshot (claimRetries counts it)', async () => {
     const store = await newStore();
     const k = key();
-    // An uncommitted lease on the key: the claim's snapshot cannot see it, and its insert
-    // waits on the unique index until this transaction ends.
-    const holder = dataSource.createQueryRunner();
-    await holder.connect();
-    await holder.startTransaction();
+    const holder = await uncommittedLease(store.tableName, k);
     try {
-      await holder.query(
-        `INSERT INTO ${store.tableName} (key, status, lease_token, lease_expires_at, expires_at, created_at)
-         SELECT $1, 'in_progress', 'holder', now_ms + 60000, now_ms + 60000, now_ms
-         FROM (SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint AS now_ms) c`,
-        [k],
-      );
       const before = store.claimRetries;
       const claim = store.claim(k, { token: 'late', leaseTtl: 10_000 });
       await waitUntil(
@@ -143,15 +155,9 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     const store = new TypeOrmIdempotencyStore(own.dataSource, { tableName: uniqueName('stuck'), statementTimeout: 300 });
     await store.ensureTable();
     const k = key();
-    const holder = dataSource.createQueryRunner();
-    await holder.connect();
-    await holder.startTransaction();
+    // The claim's insert waits on the uncommitted lease for as long as its transaction lasts.
+    const holder = await uncommittedLease(store.tableName, k);
     try {
-      // An uncommitted lease on the key: the claim's insert waits on it for as long as this transaction lasts.
-      await holder.query(
-        `INSERT INTO ${store.tableName} (key, status, lease_token, lease_expires_at, expires_at, created_at) VALUES ($1, 'in_progress', 'holder', 0, 9999999999999, 0)`,
-        [k],
-      );
       const claim = store.claim(k, { token: 'stuck', leaseTtl: 10_000 });
       let stuckPid = 0;
       await waitUntil(
