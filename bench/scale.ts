@@ -67,11 +67,12 @@ async function measurePair(store: Parameters<typeof measureLatency>[0], workload
   return [await measureLatency(store, workload, config.ops, 1), await measureLatency(store, workload, config.ops, 16)];
 }
 
-async function runSql(kind: SqlKind): Promise<StoreFigures> {
+async function runSql(kind: SqlKind, started: (figures: StoreFigures) => void, save: () => void): Promise<void> {
   const target = await SqlTarget.open(kind, kind === 'postgres' ? config.postgresUrl : config.mariadbUrl);
   const base = `bench_scale_${runId}`;
   const tables = { big: base, empty: `${base}_e`, bigBody: `${base}_10k`, purge: `${base}_p` };
   const figures: StoreFigures = { store: kind, server: await target.describe(), sizes: [], bodies: [], notes: [] };
+  started(figures);
   try {
     await target.createTable(tables.big);
     await target.createTable(tables.empty);
@@ -130,6 +131,7 @@ async function runSql(kind: SqlKind): Promise<StoreFigures> {
       }
       log(`${kind}: size ${size} measured`);
       figures.sizes.push(entry);
+      save();
     }
     figures.bodies.push(bodyFromSizes(figures.sizes, template.result!.length, written.bodyBytes));
     if (config.bigBodyRecords > 0) {
@@ -143,6 +145,7 @@ async function runSql(kind: SqlKind): Promise<StoreFigures> {
       await target.settle(tables.bigBody);
       const bytes = await target.bytes(tables.bigBody);
       figures.bodies.push({ bodyBytes: big.bodyBytes, resultChars: bigTemplate.result!.length, bytes, fillMs });
+      save();
       log(`${kind}: 10 KB body, ${Math.round(bytes.total / bytes.rows)} bytes per record`);
       await target.dropTable(tables.bigBody);
     }
@@ -164,7 +167,6 @@ async function runSql(kind: SqlKind): Promise<StoreFigures> {
     for (const table of Object.values(tables)) await target.dropTable(table).catch(() => undefined);
     await target.close();
   }
-  return figures;
 }
 
 /** The 200-byte population's bytes per record: the largest size measured. */
@@ -177,10 +179,11 @@ function bodyFromSizes(
   return { bodyBytes, resultChars, bytes: largest?.bytes };
 }
 
-async function runRedis(): Promise<StoreFigures> {
+async function runRedis(started: (figures: StoreFigures) => void, save: () => void): Promise<void> {
   const target = await RedisTarget.open(config.redisUrl);
   const prefix = `bench:scale:${runId}:`;
   const figures: StoreFigures = { store: 'redis', server: await target.describe(), sizes: [], bodies: [], notes: [] };
+  started(figures);
   try {
     const store = target.store(prefix);
     const written = await recordThroughHttp(store, 200);
@@ -224,6 +227,7 @@ async function runRedis(): Promise<StoreFigures> {
         (size > 0 ? entry.filled : entry.empty).push(...(await measurePair(store, workload(size))));
       }
       figures.sizes.push(entry);
+      save();
       log(`redis: size ${size} measured`);
     }
     await target.deletePrefix(prefix);
@@ -272,7 +276,6 @@ async function runRedis(): Promise<StoreFigures> {
     await target.deletePrefix(prefix).catch(() => undefined);
     await target.close();
   }
-  return figures;
 }
 
 async function main(): Promise<void> {
@@ -283,20 +286,27 @@ async function main(): Promise<void> {
     command: `node -r ./test/support/ts-require.js bench/scale.ts ${process.argv.slice(2).join(' ')}`.trim(),
     stores: [],
   };
+  // Written after every size and store, so that a step that fails or is stopped keeps what came before it.
+  const save = () => {
+    report.durationMs = Date.now() - startedAt;
+    mkdirSync(dirname(config.out), { recursive: true });
+    writeFileSync(config.out, JSON.stringify(report, null, 2) + '\n');
+    writeFileSync(config.out.replace(/\.json$/, '') + '.md', renderReport(report));
+  };
   for (const kind of config.stores) {
+    let figures: StoreFigures | undefined;
+    const started = (f: StoreFigures) => void report.stores.push((figures = f));
     try {
-      report.stores.push(kind === 'redis' ? await runRedis() : await runSql(kind));
+      await (kind === 'redis' ? runRedis(started, save) : runSql(kind, started, save));
     } catch (error) {
       log(`${kind} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
-      report.stores.push({ store: kind, server: '', sizes: [], bodies: [], notes: [`the run failed: ${String(error)}`] });
+      const note = `the run failed: ${String(error)}`;
+      if (figures) figures.notes.push(note);
+      else report.stores.push({ store: kind, server: '', sizes: [], bodies: [], notes: [note] });
     }
+    save();
   }
-  report.durationMs = Date.now() - startedAt;
-  mkdirSync(dirname(config.out), { recursive: true });
-  writeFileSync(config.out, JSON.stringify(report, null, 2) + '\n');
-  const markdown = renderReport(report);
-  writeFileSync(config.out.replace(/\.json$/, '') + '.md', markdown);
-  process.stdout.write(markdown);
+  process.stdout.write(renderReport(report));
 }
 
 void main().then(
