@@ -43,6 +43,25 @@ export class TimerQueue<T extends TimerQueueItem> {
     if (!this.timer) this.arm(this.delay);
   }
 
+  /**
+   * Keeps `item` in the queue until `work` settles, then hands its outcome to `resolve` /
+   * `reject`: the one-shot deadline of a call, whose `onDue` rejects the call through the
+   * item first (a promise settles once, so `work`'s late outcome then goes nowhere).
+   */
+  watch<R>(item: T, work: Promise<R>, resolve: (value: R) => void, reject: (error: unknown) => void): void {
+    this.add(item);
+    work.then(
+      (value) => {
+        this.delete(item);
+        resolve(value);
+      },
+      (error: unknown) => {
+        this.delete(item);
+        reject(error);
+      },
+    );
+  }
+
   delete(item: T): void {
     // While other items wait, the timer stays armed (when it fires with nothing due, it
     // re-arms for the head); the last one out stops it, so no timer outlives the work.

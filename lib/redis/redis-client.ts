@@ -126,17 +126,7 @@ export class RedisScriptRunner {
     if (!deadlines) return this.send(script, key, args, undefined);
     return new Promise((resolve, reject) => {
       const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
-      deadlines.add(call);
-      this.send(script, key, args, call).then(
-        (value) => {
-          deadlines.delete(call);
-          resolve(value);
-        },
-        (error: unknown) => {
-          deadlines.delete(call);
-          reject(error);
-        },
-      );
+      deadlines.watch(call, this.send(script, key, args, call), resolve, reject);
     });
   }
 
@@ -151,17 +141,7 @@ export class RedisScriptRunner {
     if (!deadlines) return pong;
     return new Promise((resolve, reject) => {
       const call: PendingCall = { dueAt: 0, operation: 'ping', timedOut: false, reject };
-      deadlines.add(call);
-      pong.then(
-        () => {
-          deadlines.delete(call);
-          resolve();
-        },
-        (error: unknown) => {
-          deadlines.delete(call);
-          reject(error);
-        },
-      );
+      deadlines.watch(call, pong, resolve, reject);
     });
   }
 

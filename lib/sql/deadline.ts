@@ -61,18 +61,7 @@ export function withDeadline<Tx extends SqlTransaction>(db: SqlDatabase<Tx>, ms:
     run(statement: Statement): Promise<SqlResult> {
       return new Promise<SqlResult>((resolve, reject) => {
         const pending = new PendingStatement(reject);
-        statements.add(pending);
-        // Past the deadline the statement settles later (or never); its settlement is then ignored.
-        db.run(statement, pending).then(
-          (result) => {
-            statements.delete(pending);
-            resolve(result);
-          },
-          (error: unknown) => {
-            statements.delete(pending);
-            reject(error);
-          },
-        );
+        statements.watch(pending, db.run(statement, pending), resolve, reject);
       });
     },
     withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {

@@ -21,7 +21,6 @@ import { pgConnection } from '../../support/postgres.js';
 import { startRedisCluster } from '../../support/redis-servers.js';
 import type { FaultBackend } from './app.js';
 
-/** A store behind its faulty paths. */
 /** What one run may change in its instances' client settings (Redis stores only). */
 export interface FaultBackendOptions {
   /** The client's `commandTimeout`, ms. @default 1000 (`recommendedRedisOptions()`'s own) */
@@ -30,6 +29,7 @@ export interface FaultBackendOptions {
   readonly storeTimeout?: number;
 }
 
+/** A store behind its faulty paths. */
 export interface FaultStore {
   readonly name: string;
   /** Every path from the application to the store (one per Redis Cluster node). */
