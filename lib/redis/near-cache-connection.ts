@@ -45,3 +45,26 @@ export function openTrackingConnection(client: NearCacheClient): TrackingConnect
     enableOfflineQueue: true,
   }) as TrackingConnection;
 }
+
+/** Quits `connection` (waiting at most `timeout` ms for Redis's answer), then drops it. */
+export async function quitConnection(connection: TrackingConnection, timeout: number): Promise<void> {
+  if (connection.status !== 'ready') {
+    connection.disconnect();
+    return;
+  }
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      connection.quit(),
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, timeout);
+        timer.unref();
+      }),
+    ]);
+  } catch {
+    // Closed anyway below.
+  } finally {
+    clearTimeout(timer);
+    connection.disconnect();
+  }
+}

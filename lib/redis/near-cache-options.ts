@@ -41,11 +41,26 @@ export interface RedisNearCacheStats {
   readonly hits: number;
   /** Claims that went to Redis. */
   readonly misses: number;
-  /** Invalidation notices received: one per key written under the prefix, by any instance. */
+  /**
+   * Invalidation notices received. With `tracking: 'client'`, one per cached (tracked) key
+   * written, deleted or expired by anyone; with `'broadcast'`, one per key written under
+   * the prefix by any instance, this one's own claims and completions included.
+   */
   readonly invalidations: number;
+  /**
+   * How Redis tells the cache of changes, while it answers: `'client'` (`OPTIN` tracking
+   * on the client passed in, the default with an ioredis standalone client) or
+   * `'broadcast'` (`BCAST` tracking on the cache's own connection: node-redis, Sentinel, a
+   * client another near cache already tracks on, or one with tracking of its own). See
+   * docs/redis.md, "Near cache". `undefined` while the cache is off.
+   */
+  readonly tracking: NearCacheTrackingMode | undefined;
   /** Records dropped to stay within `maxEntries` or `maxBytes`. */
   readonly evictions: number;
 }
+
+/** See `RedisNearCacheStats.tracking`. */
+export type NearCacheTrackingMode = 'client' | 'broadcast';
 
 export const DEFAULT_NEAR_CACHE_MAX_ENTRIES = 10_000;
 export const DEFAULT_NEAR_CACHE_MAX_BYTES = 16 * 1024 * 1024;

@@ -1,7 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { NearCacheClock } from './near-cache-clock.js';
 import { NearCacheDbIdentity } from './near-cache-db-identity.js';
-import { openTrackingConnection, type NearCacheClient, type TrackingConnection } from './near-cache-connection.js';
+import { openTrackingConnection, quitConnection, type NearCacheClient, type TrackingConnection } from './near-cache-connection.js';
+import { InvalidationMessages, type InvalidatedCache } from './near-cache-invalidations.js';
+import { ClientTracking } from './near-cache-client-tracking.js';
+import type { NearCacheTrackingMode } from './near-cache-options.js';
 
 const FIRST_RETRY_MS = 1_000;
 const MAX_RETRY_MS = 30_000;
@@ -20,31 +23,30 @@ const INVALIDATE_CHANNEL = '__redis__:invalidate';
  * What the tracking connection drives in the near cache: whether it answers, until when,
  * and what it must drop. Every call is synchronous.
  */
-export interface TrackedCache {
+export interface TrackedCache extends InvalidatedCache {
   /** True while the cache answers. */
   readonly enabled: boolean;
   /** Delivery is proven and the database known: answer until `identityValidUntil` (`performance.now()` ms). */
-  enable(identityValidUntil: number): void;
+  enable(identityValidUntil: number, mode: NearCacheTrackingMode): void;
   /** Answer nothing and empty the cache, until `enable` again. */
   disable(): void;
-  /** Empty the cache and keep every read in flight from inserting; answering goes on. */
-  clear(): void;
   /** The database's identity was read unchanged: entries may be answered until `until`, if later. */
   extendIdentity(until: number): void;
-  /** The record under `key` changed in Redis (written, deleted, expired): drop it. */
-  invalidate(key: string): void;
 }
 
 /**
- * The near cache's dedicated connection to Redis: one RESP2 connection in `CLIENT
- * TRACKING ... BCAST PREFIX <prefix>` mode redirected to itself and subscribed to
- * `__redis__:invalidate`, which hears of every write, delete and expiry of a key under
- * the store's prefix, from any instance, and tells the cache to drop that key.
+ * The near cache's dedicated connection to Redis: one RESP2 connection subscribed to
+ * `__redis__:invalidate`, where Redis sends the invalidations of (`'client'` mode) the
+ * keys the user's client read tracked, its `OPTIN` tracking redirected here
+ * (`ClientTracking`), or (`'broadcast'` mode, `CLIENT TRACKING ... BCAST PREFIX
+ * <prefix>` on this connection) every key under the store's prefix; it tells the cache
+ * to drop them.
  *
  * It switches the cache on only once delivery of those messages is proven on the
- * current connection (a probe key written through the user's client must come back as
- * an invalidation), and off (emptied) on any trouble on that connection: error, close,
- * reconnection, a heartbeat PING unanswered. It also keeps the Redis clock (compared with
+ * current connections (a probe key written through the user's client must come back as
+ * an invalidation), and off (emptied) on any trouble: error, close, reconnection of this
+ * connection (or, in `'client'` mode, of the client's), a heartbeat PING unanswered, the
+ * client's tracking found changed. It also keeps the Redis clock (compared with
  * `TIME` when tracking starts, then every 5 minutes), by which entries expire no later
  * than their record, and reads the database's identity with every heartbeat, as
  * `SWAPDB` sends no invalidation (`NearCacheDbIdentity`).
@@ -58,8 +60,7 @@ export class NearCacheTracking {
   private session = 0;
   private readonly identity: NearCacheDbIdentity;
   private identityInFlight = false;
-  /** Invalidation messages heard, keys and flushes (stats). */
-  invalidations = 0;
+  private readonly messages: InvalidationMessages;
   private started = false;
   private closed = false;
   private connection: TrackingConnection | undefined;
@@ -70,14 +71,14 @@ export class NearCacheTracking {
   private retryDelay = FIRST_RETRY_MS;
   /** The Redis clock, by which the cache's entries expire no later than their record. */
   readonly clock: NearCacheClock;
-  private probe: { readonly key: string; readonly seen: () => void } | undefined;
-  /** The user's client's ioredis `keyPrefix`, which it puts before every key it sends. */
-  private readonly keyPrefix: string;
-  /** Redis keys as invalidation messages name them: the client's keyPrefix, then the store's prefix. */
-  private readonly trackedPrefix: string;
   /** The dedicated connection's `CLIENT ID` while the cache answers (tests). */
   clientId: number | undefined;
   private readonly probeTimeout: number;
+  /** `OPTIN` tracking on the user's client (`'client'` mode), when the client can carry it. */
+  private readonly clientTracking: ClientTracking | undefined;
+  private unwatchClient: (() => void) | undefined;
+  /** The dedicated connection once subscribed, its `CLIENT ID` and the mode chosen for it, until it is lost. */
+  private subscription: { readonly connection: TrackingConnection; readonly id: number; readonly mode: NearCacheTrackingMode } | undefined;
 
   constructor(
     private readonly client: NearCacheClient,
@@ -86,17 +87,26 @@ export class NearCacheTracking {
     timeout: number,
     private readonly report: (error: unknown, reason: string) => void,
   ) {
-    this.keyPrefix = client.options?.keyPrefix ?? '';
-    this.trackedPrefix = this.keyPrefix + prefix;
+    this.messages = new InvalidationMessages(client.options?.keyPrefix ?? '', prefix, cache);
     this.probeTimeout = timeout > 0 ? timeout : 2_000;
     this.identity = new NearCacheDbIdentity(client, prefix);
     this.clock = new NearCacheClock(client, this.probeTimeout);
+    this.clientTracking = ClientTracking.for(client, this);
   }
 
   /** Opens the dedicated connection (once); the cache answers once tracking is proven. */
   start(): void {
     if (this.started || this.closed) return;
     this.started = true;
+    this.unwatchClient = this.clientTracking?.watch(
+      () => {
+        // The client's connection, and the tracking on it, is gone: nothing it read is tracked any more.
+        if (this.subscription?.mode === 'client') this.disable();
+      },
+      () => {
+        if (this.subscription?.mode === 'client') this.restartProof();
+      },
+    );
     this.open();
   }
 
@@ -107,29 +117,19 @@ export class NearCacheTracking {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     this.stopHeartbeat();
+    this.unwatchClient?.();
+    if (this.subscription?.mode === 'client') await this.clientTracking?.release();
+    this.subscription = undefined;
     const connection = this.connection;
     this.connection = undefined;
     if (!connection) return;
     connection.removeAllListeners('messageBuffer');
-    if (connection.status !== 'ready') {
-      connection.disconnect();
-      return;
-    }
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        connection.quit(),
-        new Promise((resolve) => {
-          timer = setTimeout(resolve, this.probeTimeout);
-          timer.unref();
-        }),
-      ]);
-    } catch {
-      // Closed anyway below.
-    } finally {
-      clearTimeout(timer);
-      connection.disconnect();
-    }
+    await quitConnection(connection, this.probeTimeout);
+  }
+
+  /** Invalidation messages heard, keys and flushes (stats). */
+  get invalidations(): number {
+    return this.messages.count;
   }
 
   private disable(): void {
@@ -144,7 +144,9 @@ export class NearCacheTracking {
     const connection = openTrackingConnection(this.client);
     this.connection = connection;
     const lost = () => {
-      if (this.connection === connection) this.disable();
+      if (this.connection !== connection) return;
+      this.subscription = undefined;
+      this.disable();
     };
     connection.on('close', lost);
     connection.on('reconnecting', lost);
@@ -165,7 +167,7 @@ export class NearCacheTracking {
       if (this.connection === connection) void this.track(connection);
     });
     connection.on('messageBuffer', (_channel: unknown, message: unknown) => {
-      if (this.connection === connection) this.onInvalidation(message);
+      if (this.connection === connection) this.messages.handle(message);
     });
     connection.connect().catch(() => {
       // Reported through 'error'; the client's retryStrategy (or reopenLater) tries again.
@@ -239,8 +241,16 @@ export class NearCacheTracking {
         timer = setTimeout(() => reject(new Error('the identity read did not answer in time')), this.probeTimeout);
         timer.unref();
       });
-      const verdict = await Promise.race([this.identity.read(), late]);
+      const [verdict, armed] = await Promise.race([Promise.all([this.identity.read(), this.clientStillTracks()]), late]);
       if (this.session !== session || verdict === 'outdated') return true;
+      if (!armed) {
+        this.report(
+          new Error("CLIENT TRACKINGINFO no longer shows the near cache's tracking on the client passed in"),
+          'the client passed in stopped tracking for the near cache (a CLIENT TRACKING or RESET sent on it?); the cache answers nothing until tracking is armed and proven again',
+        );
+        this.restartProof();
+        return true;
+      }
       if (verdict === 'changed') this.cache.clear();
       this.cache.extendIdentity(sentAt + HEARTBEAT_MS + this.probeTimeout);
       return true;
@@ -250,6 +260,13 @@ export class NearCacheTracking {
       clearTimeout(timer);
       if (!force) this.identityInFlight = false;
     }
+  }
+
+  /** `'client'` mode: whether the user's client still tracks as armed (true in `'broadcast'` mode). */
+  private clientStillTracks(): Promise<boolean> {
+    const subscription = this.subscription;
+    if (subscription?.mode !== 'client') return Promise.resolve(true);
+    return this.clientTracking!.check(subscription.id);
   }
 
   /**
@@ -288,90 +305,92 @@ export class NearCacheTracking {
     this.retryTimer.unref();
   }
 
-  /** On every `ready`: tracking on, subscribed, clocks compared, delivery proven; then answering starts. */
+  /**
+   * On every `ready` of the dedicated connection: the clocks compared, the mode chosen
+   * (`'client'` when the user's client can carry `OPTIN` tracking, else `BCAST` on this
+   * connection), subscribed; then tracking is armed and proven (`restartProof`).
+   */
   private async track(connection: TrackingConnection): Promise<void> {
     this.disable();
-    const session = this.session;
-    const current = () => this.connection === connection && this.session === session && !this.closed;
+    this.subscription = undefined;
+    // Only this connection's loss ends this set-up; the client's is handled by restartProof.
+    const current = () => this.connection === connection && !this.closed;
     try {
       const id = Number(await connection.call('CLIENT', 'ID'));
       const before = performance.now();
       const time = (await connection.call('TIME')) as unknown[];
       const after = performance.now();
-      const prefixArgs = this.trackedPrefix === '' ? [] : ['PREFIX', this.trackedPrefix];
-      await connection.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', id, 'BCAST', ...prefixArgs);
+      const mode: NearCacheTrackingMode = (await this.clientTracking?.available()) ? 'client' : 'broadcast';
+      if (mode === 'broadcast') {
+        const tracked = this.messages.trackedPrefix;
+        const prefixArgs = tracked === '' ? [] : ['PREFIX', tracked];
+        await connection.call('CLIENT', 'TRACKING', 'ON', 'REDIRECT', id, 'BCAST', ...prefixArgs);
+      }
       await connection.subscribe(INVALIDATE_CHANNEL);
       if (!current()) return;
-      await this.proveDelivery(current);
-      if (!current()) return;
-      // The database the cache is filled from, known before anything is cached.
-      const sentAt = performance.now();
-      await this.identity.read();
-      if (!current()) return;
       this.clock.set(time, before, after);
-      this.clientId = id;
-      this.retryDelay = FIRST_RETRY_MS;
-      this.cache.enable(sentAt + HEARTBEAT_MS + this.probeTimeout);
+      this.subscription = { connection, id, mode };
     } catch (error) {
       if (!current()) return;
       this.report(error, 'the near cache could not switch on invalidation tracking; it answers nothing and tries again later');
       this.reopenLater(connection);
+      return;
     }
+    this.restartProof();
+  }
+
+  /**
+   * Switches the cache off, then (`'client'` mode) arms tracking on the user's client,
+   * proves delivery and reads the database's identity; then the cache answers. Run after
+   * the dedicated connection subscribed, after every reconnection of the user's client
+   * (`'client'` mode), and when a heartbeat finds the client's tracking changed.
+   */
+  private restartProof(): void {
+    const subscription = this.subscription;
+    if (subscription === undefined || this.closed) return;
+    this.disable();
+    const session = this.session;
+    const current = () => this.subscription === subscription && this.session === session && !this.closed;
+    this.prove(subscription.id, subscription.mode, current).catch((error: unknown) => {
+      if (!current()) return;
+      // The client is reconnecting: its 'ready' proves again.
+      if (subscription.mode === 'client' && this.clientTracking?.connected() === false) return;
+      this.report(error, 'the near cache could not switch on invalidation tracking; it answers nothing and tries again later');
+      this.reopenLater(subscription.connection);
+    });
+  }
+
+  private async prove(id: number, mode: NearCacheTrackingMode, current: () => boolean): Promise<void> {
+    if (mode === 'client') await this.clientTracking!.arm(id);
+    if (!current()) return;
+    await this.proveDelivery(current, mode);
+    if (!current()) return;
+    // The database the cache is filled from, known before anything is cached.
+    const sentAt = performance.now();
+    await this.identity.read();
+    if (!current()) return;
+    this.clientId = id;
+    this.retryDelay = FIRST_RETRY_MS;
+    this.cache.enable(sentAt + HEARTBEAT_MS + this.probeTimeout, mode);
   }
 
   /**
    * Writes a probe key under the prefix through the user's client and waits for its
-   * invalidation: proof that this connection hears the writes of every connection.
+   * invalidation: proof that this connection hears the writes of every connection
+   * (`'broadcast'`), or of every write of a key the client read tracked (`'client'`: the
+   * probe is read tracked first, and written by the client itself).
    */
-  private async proveDelivery(current: () => boolean): Promise<void> {
+  private async proveDelivery(current: () => boolean, mode: NearCacheTrackingMode): Promise<void> {
     const key = `${this.prefix}__near-cache-probe__:${randomUUID()}`;
-    let timer: NodeJS.Timeout | undefined;
-    const seen = new Promise<void>((resolve, reject) => {
-      this.probe = { key: this.keyPrefix + key, seen: resolve };
-      timer = setTimeout(
-        () => reject(new Error(`Redis's invalidation of the probe key did not arrive within ${this.probeTimeout} ms`)),
-        this.probeTimeout,
-      );
-      timer.unref();
-    });
+    const probe = this.messages.awaitProbe(key, this.probeTimeout);
     try {
+      if (mode === 'client') await this.clientTracking!.readTracked(key);
       await this.client.eval(`return redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])`, 1, key, PROBE_TTL_MS);
       if (!current()) return;
-      await seen;
+      await probe.seen;
     } finally {
-      clearTimeout(timer);
-      this.probe = undefined;
+      probe.cancel();
       this.client.eval(`return redis.call('DEL', KEYS[1])`, 1, key).catch(() => undefined);
     }
-  }
-
-  private onInvalidation(message: unknown): void {
-    if (message === null || message === undefined || (Array.isArray(message) && message.length === 0)) {
-      this.invalidations++;
-      this.invalidateAll();
-      return;
-    }
-    if (!Array.isArray(message)) {
-      this.invalidateKey(message);
-      return;
-    }
-    for (const key of message) this.invalidateKey(key);
-  }
-
-  private invalidateKey(raw: unknown): void {
-    this.invalidations++;
-    if (raw === null || raw === undefined) return this.invalidateAll();
-    const redisKey = Buffer.isBuffer(raw) ? raw.toString('utf8') : String(raw);
-    if (redisKey === '') return this.invalidateAll();
-    if (this.probe !== undefined && redisKey === this.probe.key) this.probe.seen();
-    // `<keyPrefix><prefix>{<key>}`: anything else under the prefix is not a record.
-    if (!redisKey.startsWith(this.trackedPrefix) || redisKey.charCodeAt(redisKey.length - 1) !== 125 /* } */) return;
-    if (redisKey.charCodeAt(this.trackedPrefix.length) !== 123 /* { */) return;
-    this.cache.invalidate(redisKey.slice(this.trackedPrefix.length + 1, -1));
-  }
-
-  /** FLUSHDB / FLUSHALL (a null payload): everything goes, and no read in flight may insert. */
-  private invalidateAll(): void {
-    this.cache.clear();
   }
 }

@@ -1,7 +1,7 @@
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
 import { SizedExpiringMap } from '../core/expiring-map.js';
 import type { NearCacheClient } from './near-cache-connection.js';
-import type { RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
+import type { NearCacheTrackingMode, RedisNearCacheStats, ResolvedNearCacheOptions } from './near-cache-options.js';
 import { NearCacheTracking, type TrackedCache } from './near-cache-tracking.js';
 
 /**
@@ -31,14 +31,22 @@ export interface PendingRead {
   readonly since: number;
   readonly generation: number;
   readonly startedAt: number;
+  /**
+   * Send it with `RedisScriptRunner.runTracked` (`CLIENT CACHING yes` first), and insert
+   * its reply only if Redis accepted the CACHING: in `'client'` tracking mode, Redis tells
+   * of changes only to keys read that way.
+   */
+  readonly tracked: boolean;
 }
 
 /**
  * Completed records of a `RedisIdempotencyStore` kept in process memory, so a replay
  * costs no round trip, and kept correct across instances by Redis server-assisted
  * client-side caching: the tracking connection (`NearCacheTracking`) hears of every
- * write, delete and expiry of a key under the store's prefix, from any instance, and
- * this cache drops that key.
+ * write, delete and expiry of a cached key, by any instance, and this cache drops that
+ * key. In `'client'` mode Redis tracks only the keys read by tracked claims (a key's
+ * claim after one that found it completed, `noteCompleted`); in `'broadcast'` mode it
+ * reports every key under the store's prefix, and any claim may fill the cache.
  *
  * Nothing is answered from memory until the tracking connection has proven delivery of
  * those messages, and any trouble on that connection switches answering off and empties
@@ -64,7 +72,16 @@ export class NearCache implements TrackedCache {
     (entry) => entry.bytes,
   );
   private readonly pending = new Map<string, PendingKey>();
+  /**
+   * `'client'` mode: keys whose last claim here found them completed, oldest first, up to
+   * `maxEntries`. Only the next claim of such a key is sent tracked and may be cached, so a
+   * first execution (its claim and completion) leaves no tracked key in Redis and costs
+   * no invalidation; a key is cached from its second replay on.
+   */
+  private readonly candidates = new Set<string>();
   enabled = false;
+  /** How the invalidations arrive while the cache answers. */
+  mode: NearCacheTrackingMode | undefined;
   /** Bumped on every enabling, disabling and emptying: a read started in another generation inserts nothing. */
   private generation = 0;
   /** `performance.now()` until which the database is known not to be swapped: nothing is answered after it. */
@@ -112,18 +129,34 @@ export class NearCache implements TrackedCache {
   /** Registers a claim of `key` about to be sent to Redis; undefined when its reply may not be cached anyway. */
   beginRead(key: string): PendingRead | undefined {
     if (!this.enabled) return undefined;
+    const tracked = this.mode === 'client';
+    if (tracked && !this.candidates.has(key)) return undefined;
     const pending = this.pending.get(key);
     if (pending) pending.count++;
     else this.pending.set(key, { count: 1, invalidatedAt: 0 });
-    return { since: this.sequence, generation: this.generation, startedAt: performance.now() };
+    return { since: this.sequence, generation: this.generation, startedAt: performance.now(), tracked };
   }
 
-  /** The claim registered by `beginRead` is over; caches its reply when it is a completed record nobody invalidated meanwhile. */
-  endRead(key: string, read: PendingRead, result: ClaimResult | undefined): void {
+  /** An untracked claim (no `beginRead`) found `key` completed: its next claim is sent tracked (`'client'` mode). */
+  noteCompleted(key: string): void {
+    if (!this.enabled || this.mode !== 'client') return;
+    const candidates = this.candidates;
+    candidates.delete(key);
+    candidates.add(key);
+    if (candidates.size > this.options.maxEntries) candidates.delete(candidates.values().next().value!);
+  }
+
+  /**
+   * The claim registered by `beginRead` is over; caches its reply when it is a completed
+   * record nobody invalidated meanwhile (and, for a tracked read, whose `CLIENT CACHING`
+   * Redis accepted: `cachingAccepted`).
+   */
+  endRead(key: string, read: PendingRead, result: ClaimResult | undefined, cachingAccepted = false): void {
     const pending = this.pending.get(key);
     if (!pending) return;
     if (--pending.count === 0) this.pending.delete(key);
-    if (result === undefined || result.claimed || result.record.status !== 'completed') return;
+    if (read.tracked) this.candidates.delete(key);
+    if ((read.tracked && !cachingAccepted) || result === undefined || result.claimed || result.record.status !== 'completed') return;
     if (!this.enabled || read.generation !== this.generation || pending.invalidatedAt > read.since) return;
     this.insert(key, result.record, read.startedAt);
   }
@@ -142,6 +175,7 @@ export class NearCache implements TrackedCache {
       misses: this.misses,
       invalidations: this.tracking.invalidations,
       evictions: this.evictions,
+      tracking: this.enabled ? this.mode : undefined,
     };
   }
 
@@ -162,8 +196,9 @@ export class NearCache implements TrackedCache {
     return this.tracking.sync();
   }
 
-  enable(identityValidUntil: number): void {
+  enable(identityValidUntil: number, mode: NearCacheTrackingMode): void {
     this.identityValidUntil = identityValidUntil;
+    this.mode = mode;
     this.generation++;
     this.enabled = true;
   }
@@ -176,6 +211,7 @@ export class NearCache implements TrackedCache {
 
   clear(): void {
     this.entries.clear();
+    this.candidates.clear();
     this.generation++;
   }
 

@@ -120,6 +120,35 @@ export class RedisScriptRunner {
     this.deadlines = this.timeout === 0 ? undefined : new TimerQueue<PendingCall>(this.timeout, (call) => this.expire(call));
   }
 
+  /**
+   * Runs `script` right after `CLIENT CACHING yes`, both written at once on the client's
+   * one connection, so that Redis tracks the keys the script reads for that connection
+   * (the near cache's `OPTIN` tracking, near-cache-client-tracking.ts). Sent as EVAL: an
+   * EVALSHA refused with NOSCRIPT would be sent again without the CACHING before it.
+   * `tracked` is false when Redis refused the CACHING (tracking is off on the connection):
+   * the script ran, untracked. ioredis only (`call`).
+   */
+  runTracked(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<{ reply: unknown; tracked: boolean }> {
+    const client = this.client as RedisClientLike & { call(command: string, ...args: RedisArgument[]): Promise<unknown> };
+    let work: Promise<{ reply: unknown; tracked: boolean }>;
+    try {
+      const caching = client.call('CLIENT', 'CACHING', 'yes').then(
+        () => true,
+        () => false,
+      );
+      const reply = this.client.eval(script.source, 1, key, ...args);
+      work = Promise.all([reply, caching]).then(([value, tracked]) => ({ reply: value, tracked }));
+    } catch (error) {
+      work = Promise.reject(error);
+    }
+    const deadlines = this.deadlines;
+    if (!deadlines) return work;
+    return new Promise((resolve, reject) => {
+      const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
+      deadlines.watch(call, work, resolve, reject);
+    });
+  }
+
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
   run(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
     const deadlines = this.deadlines;

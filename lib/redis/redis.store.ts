@@ -180,25 +180,39 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // Registered before the script is sent: an invalidation of this key that arrives on
     // the other connection before this reply keeps the reply out of the cache.
     const read = nearCache.beginRead(key);
-    if (read === undefined) return this.claimInRedis(key, request);
+    if (read === undefined) {
+      const untracked = await this.claimInRedis(key, request);
+      if (!untracked.claimed && untracked.record.status === 'completed') nearCache.noteCompleted(key);
+      return untracked;
+    }
     let result: ClaimResult | undefined;
+    let cachingAccepted = false;
     try {
-      result = await this.claimInRedis(key, request);
+      if (read.tracked) {
+        const tracked = await this.scripts.runTracked(CLAIM, this.redisKey(key), this.claimArgs(request));
+        cachingAccepted = tracked.tracked;
+        result = this.claimResult(key, request, tracked.reply as unknown[]);
+      } else {
+        result = await this.claimInRedis(key, request);
+      }
       return result;
     } finally {
-      nearCache.endRead(key, read, result);
+      nearCache.endRead(key, read, result, cachingAccepted);
     }
   }
 
   private async claimInRedis(key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const reply = (await this.scripts.run(CLAIM, this.redisKey(key), this.claimArgs(request))) as unknown[];
+    return this.claimResult(key, request, reply);
+  }
+
+  private claimArgs(request: ClaimRequest): (string | number)[] {
     const leaseTtl = wholeMs(request.leaseTtl, 'leaseTtl', 'RedisIdempotencyStore.claim');
     const hasFingerprint = request.fingerprint !== undefined;
-    const reply = (await this.scripts.run(CLAIM, this.redisKey(key), [
-      request.token,
-      leaseTtl,
-      hasFingerprint ? '1' : '0',
-      hasFingerprint ? request.fingerprint! : '',
-    ])) as unknown[];
+    return [request.token, leaseTtl, hasFingerprint ? '1' : '0', hasFingerprint ? request.fingerprint! : ''];
+  }
+
+  private claimResult(key: string, request: ClaimRequest, reply: unknown[]): ClaimResult {
     if (Number(reply[0]) === 1) {
       return {
         claimed: true,
@@ -231,7 +245,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async delete(key: string): Promise<boolean> {
     this.nearCache?.forget(key);
-    return Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
+    const deleted = Number(await this.scripts.run(DELETE_WITH_STEPS, this.redisKey(key), [])) > 0;
+    // Redis writes the invalidation of a key tracked by a near cache in 'client' mode (on
+    // another instance) just after its reply to this delete. Answered, the PING behind it
+    // shows that invalidation went out too: a caller told of the delete by this instance
+    // and asking another one then finds the record dropped there, as in 'broadcast' mode.
+    if (deleted) await this.scripts.ping().catch(() => undefined);
+    return deleted;
   }
 
   /** Every step record of the key (redis-steps.ts): one round trip. */

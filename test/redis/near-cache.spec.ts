@@ -411,25 +411,45 @@ describe('near cache: a claim in flight when its key is invalidated', () => {
     admin?.disconnect();
   });
 
-  /** Holds the reply of the next claim script until `during` has run. */
-  function holdNextReply(during: () => Promise<void>): jest.SpyInstance {
-    const original = client.evalsha.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    const spy = jest.spyOn(client, 'evalsha') as unknown as jest.SpyInstance;
-    spy.mockImplementationOnce(async (...args: unknown[]) => {
-      const reply = await original(...args);
-      await during();
-      return reply;
-    });
-    return spy;
+  /**
+   * Holds the reply of the next claim script sent for `redisKey` until `during` has run.
+   * A key the cache means to keep is claimed tracked (`'client'` mode), sent as EVAL.
+   */
+  function holdNextClaimOf(redisKey: string, during: () => Promise<void>): () => void {
+    const restore: (() => void)[] = [];
+    let held = false;
+    for (const method of ['evalsha', 'eval'] as const) {
+      const original = client[method].bind(client) as (...args: unknown[]) => Promise<unknown>;
+      const spy = jest.spyOn(client, method) as unknown as jest.SpyInstance;
+      spy.mockImplementation(async (...args: unknown[]) => {
+        if (held || args[2] !== redisKey) return original(...args);
+        held = true;
+        const reply = await original(...args);
+        await during();
+        return reply;
+      });
+      restore.push(() => spy.mockRestore());
+    }
+    return () => {
+      for (const undo of restore) undo();
+      expect(held).toBe(true);
+    };
+  }
+
+  /** Runs `key` to completion with `result`; one replay makes it a key the next claim caches. */
+  async function completeOnce(key: string, result: string): Promise<void> {
+    const first = token();
+    expect((await store.claim(key, { token: first, leaseTtl: 30_000 })).claimed).toBe(true);
+    expect(await store.complete(key, first, { result, ttl: 60_000 })).toBe(true);
+    expect(await store.claim(key, { token: token(), leaseTtl: 30_000 })).toMatchObject({ claimed: false, record: { result } });
+    expect(stats(store).entries).toBe(0);
   }
 
   it('does not cache a completed record read before a delete whose invalidation arrived first', async () => {
     const key = 'k-race';
     const redisKey = `${store.prefix}{${key}}`;
-    const first = token();
-    expect((await store.claim(key, { token: first, leaseTtl: 30_000 })).claimed).toBe(true);
-    expect(await store.complete(key, first, { result: 'old', ttl: 60_000 })).toBe(true);
-    const spy = holdNextReply(async () => {
+    await completeOnce(key, 'old');
+    const release = holdNextClaimOf(redisKey, async () => {
       const seen = stats(store).invalidations;
       expect(await admin.del(redisKey)).toBe(1);
       await until(() => stats(store).invalidations > seen, 'the invalidation of the delete');
@@ -438,7 +458,7 @@ describe('near cache: a claim in flight when its key is invalidated', () => {
       // Read before the delete: a replay of 'old', which is right for this claim...
       expect(await store.claim(key, { token: token(), leaseTtl: 30_000 })).toMatchObject({ claimed: false, record: { result: 'old' } });
     } finally {
-      spy.mockRestore();
+      release();
     }
     // ...but must not be kept: the key is gone, the next claim owns it.
     expect(stats(store).entries).toBe(0);
@@ -447,24 +467,32 @@ describe('near cache: a claim in flight when its key is invalidated', () => {
 
   it('does not cache a completed record read by a claim still in flight when this store deletes the key', async () => {
     const key = 'k-race-own-delete';
-    const first = token();
-    expect((await store.claim(key, { token: first, leaseTtl: 30_000 })).claimed).toBe(true);
-    expect(await store.complete(key, first, { result: 'old', ttl: 60_000 })).toBe(true);
-    // The invalidation of the completion is in: only the delete below can keep the reply out.
-    await sleep(0);
+    await completeOnce(key, 'old');
     let deleted: Promise<boolean> | undefined;
-    const spy = holdNextReply(async () => {
+    const release = holdNextClaimOf(`${store.prefix}{${key}}`, async () => {
       deleted = store.delete(key);
       await deleted;
     });
     try {
       expect(await store.claim(key, { token: token(), leaseTtl: 30_000 })).toMatchObject({ claimed: false, record: { result: 'old' } });
     } finally {
-      spy.mockRestore();
+      release();
     }
     expect(await deleted).toBe(true);
     expect(stats(store).entries).toBe(0);
     expect((await store.claim(key, { token: token(), leaseTtl: 30_000 })).claimed).toBe(true);
+  });
+
+  it('caches the record once nothing invalidated it meanwhile (the two cases above, without the delete)', async () => {
+    const key = 'k-race-control';
+    await completeOnce(key, 'kept');
+    const release = holdNextClaimOf(`${store.prefix}{${key}}`, async () => undefined);
+    try {
+      expect(await store.claim(key, { token: token(), leaseTtl: 30_000 })).toMatchObject({ claimed: false, record: { result: 'kept' } });
+    } finally {
+      release();
+    }
+    expect(stats(store).entries).toBe(1);
   });
 });
 

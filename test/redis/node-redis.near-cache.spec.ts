@@ -96,6 +96,8 @@ describe.each([3, 2] as const)('near cache on node-redis 6, the client speaking 
   });
 
   it('answers a replay from memory: later replays send no command at all', async () => {
+    // node-redis: BCAST on the cache's own connection (the client's connection is not driven directly).
+    expect(stats(store).tracking).toBe('broadcast');
     await completeAndCache(store, 'k-replay', 'stored result');
     const sent = [jest.spyOn(client, 'evalSha'), jest.spyOn(client, 'eval')];
     try {
