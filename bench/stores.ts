@@ -113,8 +113,22 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
       return client.evalsha(...args);
     },
     ping: () => client.ping(),
-    // The near cache opens its own tracking connection from the client's settings.
-    ...(near ? { duplicate: (override?: object) => client.duplicate(override), options: client.options } : {}),
+    // The near cache opens its own tracking connection from the client's settings, and
+    // (its 'client' mode) sends CLIENT TRACKING / CACHING / TRACKINGINFO on this client's
+    // connection and follows its reconnections. A CACHING travels with the claim it goes
+    // before (one round trip), so only the scripts are counted.
+    ...(near
+      ? {
+          duplicate: (override?: object) => client.duplicate(override),
+          options: client.options,
+          call: (...args: Parameters<typeof client.call>) => client.call(...args),
+          on: (event: string, listener: (...args: unknown[]) => void) => client.on(event, listener),
+          removeListener: (event: string, listener: (...args: unknown[]) => void) => client.removeListener(event, listener),
+          get status() {
+            return client.status;
+          },
+        }
+      : {}),
   };
   const prefix = near ? `bench:${options.runId}:near:` : `bench:${options.runId}:`;
   const redisStore = new RedisIdempotencyStore(counted as never, near ? { prefix, nearCache: true } : { prefix });
@@ -135,6 +149,10 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
         throw new Error('the near cache did not switch on within 5 s');
       }
       await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    if (process.env.BENCH_NEAR_MODE && redisStore.nearCacheStats?.()?.tracking !== process.env.BENCH_NEAR_MODE) {
+      await close();
+      throw new Error(`the near cache tracks in ${redisStore.nearCacheStats?.()?.tracking} mode, not ${process.env.BENCH_NEAR_MODE}`);
     }
   }
   return {

@@ -59,8 +59,10 @@ export class ClientTracking {
     let info: TrackingInfo;
     try {
       info = parseTrackingInfo(await this.client.call('CLIENT', 'TRACKINGINFO'));
-    } catch {
-      // Redis before 6.2 (no TRACKINGINFO) or a proxy that refuses it: BCAST on the near cache's own connection.
+    } catch (error) {
+      // Redis before 6.2 (no TRACKINGINFO) or a proxy that refuses it: BCAST on the near
+      // cache's own connection. A client that is down is asked again once it is back.
+      if (!this.connected() || !isRefusal(error)) throw error;
       return false;
     }
     if (info.flags.includes('on') && holder !== this.owner) return false;
@@ -111,13 +113,30 @@ export class ClientTracking {
     };
   }
 
-  /** Tracking off on the client (best effort, while connected) and the client released for another near cache. */
-  async release(): Promise<void> {
+  /**
+   * Tracking off on the client (best effort, while connected, waiting at most `timeout`
+   * ms) and the client released for another near cache.
+   */
+  async release(timeout: number): Promise<void> {
     if (CLAIMED.get(this.client) !== this.owner) return;
     CLAIMED.delete(this.client);
     if (this.client.status !== 'ready') return;
-    await this.client.call('CLIENT', 'TRACKING', 'OFF').catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeout);
+      timer.unref();
+    });
+    try {
+      await Promise.race([this.client.call('CLIENT', 'TRACKING', 'OFF').catch(() => undefined), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
+}
+
+/** An error reply of Redis (or of a proxy) to the command itself, not a lost connection or a timeout. */
+function isRefusal(error: unknown): boolean {
+  return error instanceof Error && /^(ERR|NOPERM|WRONGTYPE)\b|unknown (sub)?command/i.test(error.message);
 }
 
 interface TrackingInfo {

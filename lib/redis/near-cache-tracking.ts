@@ -118,7 +118,7 @@ export class NearCacheTracking {
     this.retryTimer = undefined;
     this.stopHeartbeat();
     this.unwatchClient?.();
-    if (this.subscription?.mode === 'client') await this.clientTracking?.release();
+    if (this.subscription?.mode === 'client') await this.clientTracking?.release(this.probeTimeout);
     this.subscription = undefined;
     const connection = this.connection;
     this.connection = undefined;

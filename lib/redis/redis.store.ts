@@ -32,8 +32,10 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
   prefix?: string;
   /**
    * Keeps completed records in process memory, so that a replay costs no Redis round
-   * trip; Redis's invalidation messages (client-side caching, `CLIENT TRACKING` in
-   * `BCAST` mode) drop a record here as soon as any instance deletes it or it expires.
+   * trip; Redis's invalidation messages (client-side caching: `OPTIN` tracking on the
+   * client passed in, or `BCAST` on the cache's own connection, see
+   * `RedisNearCacheStats.tracking`) drop a record here as soon as any instance deletes
+   * it or it expires. A record is cached from its second replay on this instance.
    * Costs one extra connection per store, opened on the first claim (or `verify()`) and
    * closed by `close()`. Refused with a Cluster client. `true` takes the defaults of
    * `RedisNearCacheOptions`. See docs/redis.md, "Near cache".
