@@ -1,4 +1,4 @@
-import type { NearCacheClient } from './near-cache-connection.js';
+import { settleWithin, type NearCacheClient } from './near-cache-connection.js';
 
 /**
  * Clients whose connection carries one near cache's `OPTIN` tracking. Redis keeps one
@@ -121,16 +121,10 @@ export class ClientTracking {
     if (CLAIMED.get(this.client) !== this.owner) return;
     CLAIMED.delete(this.client);
     if (this.client.status !== 'ready') return;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, timeout);
-      timer.unref();
-    });
-    try {
-      await Promise.race([this.client.call('CLIENT', 'TRACKING', 'OFF').catch(() => undefined), late]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await settleWithin(
+      Promise.resolve().then(() => this.client.call('CLIENT', 'TRACKING', 'OFF')),
+      timeout,
+    );
   }
 }
 

@@ -46,25 +46,32 @@ export function openTrackingConnection(client: NearCacheClient): TrackingConnect
   }) as TrackingConnection;
 }
 
+/** Waits for `work` to settle, at most `timeout` ms; never rejects (the near cache's best-effort goodbyes). */
+export async function settleWithin(work: Promise<unknown>, timeout: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, timeout);
+    timer.unref();
+  });
+  try {
+    await Promise.race([work.catch(() => undefined), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Quits `connection` (waiting at most `timeout` ms for Redis's answer), then drops it. */
 export async function quitConnection(connection: TrackingConnection, timeout: number): Promise<void> {
   if (connection.status !== 'ready') {
     connection.disconnect();
     return;
   }
-  let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([
-      connection.quit(),
-      new Promise((resolve) => {
-        timer = setTimeout(resolve, timeout);
-        timer.unref();
-      }),
-    ]);
-  } catch {
-    // Closed anyway below.
+    await settleWithin(
+      Promise.resolve().then(() => connection.quit()),
+      timeout,
+    );
   } finally {
-    clearTimeout(timer);
     connection.disconnect();
   }
 }
