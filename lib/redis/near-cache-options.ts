@@ -59,7 +59,10 @@ export interface RedisNearCacheStats {
   readonly evictions: number;
 }
 
-/** See `RedisNearCacheStats.tracking`. */
+/**
+ * How the near cache hears of writes: `'client'` (OPTIN tracking on the store's own client, no invalidation for
+ * a first execution) or `'broadcast'` (BCAST on the key prefix). See `RedisNearCacheStats.tracking`.
+ */
 export type NearCacheTrackingMode = 'client' | 'broadcast';
 
 export const DEFAULT_NEAR_CACHE_MAX_ENTRIES = 10_000;

@@ -8,7 +8,7 @@ interface NodeRedisEvalOptions {
 }
 
 /**
- * The part of a node-redis client (`redis` 5 or 6: `createClient()` or `createCluster()`)
+ * The part of a node-redis client (`redis` 5 or 6, from `createClient()` or `createCluster()`)
  * the Redis classes of this package use. Both majors match it structurally, so `redis`
  * stays an optional peer dependency that this package never imports at runtime.
  */
