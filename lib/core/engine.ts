@@ -105,6 +105,12 @@ export class IdempotencyEngine {
         return { kind: 'execute', lease };
       }
       const record = claim.record;
+      if (record.status !== 'completed' && this.orphanClaims.has(request.key, record.leaseToken)) {
+        // Our own earlier claim, which failed for its caller and ran no handler: undo it
+        // and claim again at once instead of answering 409 for a lease nobody owns, or
+        // 422 to another body for a request that never ran.
+        if (await this.orphanClaims.release(policy.store, request.key, record.leaseToken)) continue;
+      }
       if (request.fingerprint !== undefined && record.fingerprint !== undefined && record.fingerprint !== request.fingerprint) {
         emit(policy, 'fingerprint_mismatch', request.key, startedAt, { storeLatencyMs });
         throw new IdempotencyFingerprintMismatchError();
@@ -112,11 +118,6 @@ export class IdempotencyEngine {
       if (record.status === 'completed') {
         emit(policy, 'replayed', request.key, startedAt, { storeLatencyMs });
         return { kind: 'replay', outcome: deserializeOutcome(record.result) };
-      }
-      if (this.orphanClaims.has(request.key, record.leaseToken)) {
-        // Our own earlier claim, which failed for its caller and ran no handler: undo it
-        // and claim again at once instead of answering 409 for a lease nobody owns.
-        if (await this.orphanClaims.release(policy.store, request.key, record.leaseToken)) continue;
       }
       if (!reportedConflict) {
         reportedConflict = true;

@@ -6,6 +6,10 @@ import type { IdempotencyStore } from './store.js';
  */
 const MAX_ORPHAN_CLAIMS = 10_000;
 
+/** First wait before an undoing release that failed is sent again, ms; it doubles up to the maximum. */
+const RELEASE_RETRY_FIRST_MS = 50;
+const RELEASE_RETRY_MAX_MS = 1_000;
+
 /**
  * Claims that failed on the client side and whose undoing release did not get an
  * answer either (key -> token -> until when its lease can hold, epoch ms). Such a claim
@@ -28,23 +32,38 @@ export class OrphanClaims {
    * still execute it: a command waiting in a socket of a hung server runs when the
    * server resumes. The release is sent at once, on the same connection for a
    * single-connection client such as ioredis, so it runs right after that late claim
-   * and the key is free as soon as the store answers again. Checked against this
-   * claim's token, it can never remove anyone else's lease.
+   * and the key is free as soon as the store answers again. A release that fails too
+   * is sent again with a backoff while the lease lasts, so the key comes free soon after
+   * the store does, even when the client's retry goes to another process, or another
+   * body's request meets the claim. Checked against this claim's token, it can never
+   * remove anyone else's lease.
    */
   undo(store: IdempotencyStore, key: string, token: string, leaseUntil: number): void {
+    this.add(key, token, leaseUntil);
+    this.sendRelease(store, key, token, leaseUntil, RELEASE_RETRY_FIRST_MS);
+  }
+
+  private sendRelease(store: IdempotencyStore, key: string, token: string, leaseUntil: number, nextDelay: number): void {
     let release: Promise<boolean>;
     try {
       release = store.release(key, token);
     } catch {
       return;
     }
-    this.add(key, token, leaseUntil);
     // Kept unless the release removed the lease: a `false` may only mean that the claim
     // has not reached the store yet (another pooled connection), and a rejection leaves
     // the outcome unknown again. A retry in this process then undoes it (`has`, `release`).
     release.then(
       (released) => released && this.remove(key, token),
-      () => undefined,
+      () => {
+        // Past the lease, or undone meanwhile by a retry (`release`): nothing left to free.
+        if (Date.now() + nextDelay >= leaseUntil || !this.claims.get(key)?.has(token)) return;
+        const timer = setTimeout(
+          () => this.claims.get(key)?.has(token) && this.sendRelease(store, key, token, leaseUntil, Math.min(nextDelay * 2, RELEASE_RETRY_MAX_MS)),
+          nextDelay,
+        );
+        timer.unref();
+      },
     );
   }
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
   MemoryIdempotencyStore,
@@ -16,6 +17,7 @@ import { IdempotencyEngine, storageKeyOf, type ExecutionPolicy } from '../../lib
 class LostRepliesStore extends MemoryIdempotencyStore {
   lostClaimReplies = 0;
   releasesRefused = 0;
+  releaseAttempts = 0;
   override async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     const result = await super.claim(key, request);
     if (this.lostClaimReplies > 0) {
@@ -25,6 +27,7 @@ class LostRepliesStore extends MemoryIdempotencyStore {
     return result;
   }
   override async release(key: string, token: string): Promise<boolean> {
+    this.releaseAttempts++;
     if (this.releasesRefused > 0) {
       this.releasesRefused--;
       throw new Error('connection lost');
@@ -69,6 +72,60 @@ describe('a claim whose reply was lost', () => {
     expect(await engine.execute({ key }, policy(store), () => ++runs)).toEqual({ value: 1, replayed: false });
     expect(engine.orphanClaimsPending).toBe(0);
     expect(runs).toBe(1);
+  });
+});
+
+describe('a claim whose reply and undoing release were both lost', () => {
+  it('is released again in the background once the store answers, so a retry in another process runs', async () => {
+    const store = new LostRepliesStore();
+    const engine = new IdempotencyEngine();
+    const key = storageKeyOf('lost-claim', randomUUID());
+    let runs = 0;
+    store.lostClaimReplies = 1;
+    store.releasesRefused = 3;
+    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    const other = new IdempotencyEngine();
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        expect(await other.execute({ key }, policy(store), () => ++runs)).toEqual({ value: 1, replayed: false });
+        break;
+      } catch (error) {
+        if (!(error instanceof IdempotencyInFlightError) || Date.now() > deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    }
+    // The first release and two retries refused, the third retry freed the key.
+    expect(store.releaseAttempts).toBe(4);
+    expect(engine.orphanClaimsPending).toBe(0);
+  });
+
+  it('answers a request with another body in the same process by running it, not with 422: the lost claim ran nothing', async () => {
+    const store = new LostRepliesStore();
+    const engine = new IdempotencyEngine();
+    const key = storageKeyOf('lost-claim', randomUUID());
+    store.lostClaimReplies = 1;
+    store.releasesRefused = 1;
+    await expect(engine.execute({ key, fingerprint: 'body-a' }, policy(store), () => 'a')).rejects.toBeInstanceOf(
+      IdempotencyStoreUnavailableError,
+    );
+    expect(await store.get(key)).toMatchObject({ status: 'in_progress', fingerprint: 'body-a' });
+    // Before the background retry's first timer: this request meets the claim itself.
+    expect(await engine.execute({ key, fingerprint: 'body-b' }, policy(store), () => 'b')).toEqual({ value: 'b', replayed: false });
+    expect(await store.get(key)).toMatchObject({ status: 'completed', fingerprint: 'body-b' });
+  });
+
+  it('still answers 422 to another body when the claim is not one of its own lost ones', async () => {
+    const store = new LostRepliesStore();
+    const key = storageKeyOf('lost-claim', randomUUID());
+    store.lostClaimReplies = 1;
+    store.releasesRefused = 1;
+    await expect(
+      new IdempotencyEngine().execute({ key, fingerprint: 'body-a' }, policy(store), () => 'a'),
+    ).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    await expect(new IdempotencyEngine().execute({ key, fingerprint: 'body-b' }, policy(store), () => 'b')).rejects.toBeInstanceOf(
+      IdempotencyFingerprintMismatchError,
+    );
   });
 });
 

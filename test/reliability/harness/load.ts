@@ -27,6 +27,12 @@ export interface KeyPlan {
   readonly kind: PlanKind;
   /** The body the key was first sent with; the settle pass retries with it. */
   readonly payload: unknown;
+  /**
+   * The other body a `mismatch` plan sends with the same key. When it won the key (the plan's
+   * body gets 422), the settle pass retries with it: a 422 says only that another body holds
+   * the key, and that body's claim may have failed for its caller and still need a retry.
+   */
+  readonly otherPayload?: unknown;
 }
 
 export interface LoadOptions {
@@ -82,7 +88,9 @@ export class LoadDriver {
   private nextPlan(): KeyPlan {
     const n = this.counter++;
     const kind = PLAN_KINDS[Math.floor(this.random() * PLAN_KINDS.length)];
-    const plan: KeyPlan = { key: `${this.options.keyPrefix}-${n}`, kind, payload: { n, amount: Math.floor(this.random() * 10_000) } };
+    const key = `${this.options.keyPrefix}-${n}`;
+    const payload = { n, amount: Math.floor(this.random() * 10_000) };
+    const plan: KeyPlan = kind === 'mismatch' ? { key, kind, payload, otherPayload: { other: true, key } } : { key, kind, payload };
     this.plans.push(plan);
     return plan;
   }
@@ -122,7 +130,7 @@ export class LoadDriver {
       }
       case 'mismatch':
         await send();
-        await send({ payload: { other: true, key: plan.key } });
+        await send({ payload: plan.otherPayload });
         await send();
         return;
       case 'fail-then-retry':
@@ -142,10 +150,12 @@ export class LoadDriver {
 }
 
 /**
- * After the load and its faults: retries every key with its original body until it
- * settles (a success, or 422 when another body won the key), the way a well-behaved
- * client would. Keys left leased by a crashed process settle once their lease expires.
- * Returns the keys that did not settle before the deadline.
+ * After the load and its faults: retries every key until it settles, the way
+ * well-behaved clients would: with its original body until a success, or a 422 when
+ * another body won the key; for a `mismatch` plan a 422 hands over to the other body's
+ * client, which retries until its own success (its claim may have failed with the
+ * fault and left the key to be taken again). Keys left leased by a crashed process
+ * settle once their lease expires. Returns the keys that did not settle before the deadline.
  */
 export async function settleAll(
   client: HarnessClient,
@@ -159,9 +169,14 @@ export async function settleAll(
   const worker = async () => {
     for (let plan = queue.shift(); plan; plan = queue.shift()) {
       let appIndex = 0;
+      let payload = plan.payload;
       for (;;) {
-        const outcome = await client.send({ key: plan.key, payload: plan.payload, appIndex: appIndex++ % client.apps.length });
-        if (typeof outcome.status === 'number' && ((outcome.status >= 200 && outcome.status < 300) || outcome.status === 422)) break;
+        const outcome = await client.send({ key: plan.key, payload, appIndex: appIndex++ % client.apps.length });
+        if (typeof outcome.status === 'number' && outcome.status >= 200 && outcome.status < 300) break;
+        if (outcome.status === 422) {
+          if (plan.otherPayload === undefined) break;
+          payload = payload === plan.payload ? plan.otherPayload : plan.payload;
+        }
         if (Date.now() > deadline) {
           unsettled.push(plan.key);
           break;
