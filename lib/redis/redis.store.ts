@@ -6,7 +6,7 @@ import { resolveNearCacheOptions, type RedisNearCacheOptions, type RedisNearCach
 import type { NearCacheClient } from './near-cache-connection.js';
 import type { NodeRedisClientLike } from './node-redis-client.js';
 import { awaitReady } from './redis-ready.js';
-import { NearCache } from './near-cache.js';
+import { NearCache, type PendingRead } from './near-cache.js';
 import {
   DEFAULT_REDIS_READY_TIMEOUT,
   LUA_NOW_MS,
@@ -175,18 +175,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       const cached = nearCache.lookup(key);
       if (cached !== undefined) return Promise.resolve(cached);
     }
-    return this.claimThroughNearCache(nearCache, key, request);
-  }
-
-  private async claimThroughNearCache(nearCache: NearCache, key: string, request: ClaimRequest): Promise<ClaimResult> {
     // Registered before the script is sent: an invalidation of this key that arrives on
     // the other connection before this reply keeps the reply out of the cache.
     const read = nearCache.beginRead(key);
-    if (read === undefined) {
-      const untracked = await this.claimInRedis(key, request);
-      if (!untracked.claimed && untracked.record.status === 'completed') nearCache.noteCompleted(key);
-      return untracked;
-    }
+    if (read === undefined) return this.claimUntracked(nearCache, key, request);
+    return this.claimThroughNearCache(nearCache, key, request, read);
+  }
+
+  private async claimThroughNearCache(nearCache: NearCache, key: string, request: ClaimRequest, read: PendingRead): Promise<ClaimResult> {
     let result: ClaimResult | undefined;
     let cachingAccepted = false;
     try {
@@ -201,6 +197,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     } finally {
       nearCache.endRead(key, read, result, cachingAccepted);
     }
+  }
+
+  /** A claim whose reply is not cached (a first execution, mostly): one async step, as without the cache. */
+  private async claimUntracked(nearCache: NearCache, key: string, request: ClaimRequest): Promise<ClaimResult> {
+    const reply = (await this.scripts.run(CLAIM, this.redisKey(key), this.claimArgs(request))) as unknown[];
+    const result = this.claimResult(key, request, reply);
+    if (!result.claimed && result.record.status === 'completed') nearCache.noteCompleted(key);
+    return result;
   }
 
   private async claimInRedis(key: string, request: ClaimRequest): Promise<ClaimResult> {

