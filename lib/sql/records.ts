@@ -13,10 +13,12 @@ import type { RunStatement, SqlDialect } from './dialect.js';
 import { toRecord } from './dialects/record-row.js';
 import { configurationErrorOf, type TableFixes } from './failures.js';
 import type { SqlConnection, SqlDatabase, SqlTransaction } from './port.js';
+import { PurgeBatchSize } from './purge-batch-size.js';
 import { PurgeSchedule, type PurgeReporting, type PurgeResult } from './purge-schedule.js';
 import type { SqlResult, Statement } from './statement.js';
 import { plain } from './statement.js';
 import { SqlStepRecords } from './step-records.js';
+import { DEFAULT_STATEMENT_TIMEOUT_MS } from './deadline.js';
 import { boundedDatabase, runRecordTransaction, serverDialect, type SqlTransactionTuning } from './transaction.js';
 
 /** More than one re-read means the key is being hammered by claims, releases and deletes at once. */
@@ -54,6 +56,7 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
   /** Set once a statement on the table succeeded: from then on the purge job may run. */
   private ready = false;
   private purging = false;
+  private purgeBatchSize: PurgeBatchSize | undefined;
   private retries = 0;
   private lockRetries = 0;
   readonly listeners = new StoreEventListeners();
@@ -299,18 +302,39 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
     }
   }
 
-  /** Batches run on `lockHolder` (PostgreSQL, MySQL family), or each on its own (SQLite: through its mutex, so claims interleave). */
+  /**
+   * Batches run on `lockHolder` (PostgreSQL, MySQL family), or each on its own (SQLite:
+   * through its mutex, so claims interleave), each sized by `purgeBatch` from how long the
+   * last ones took, so none comes near the statement deadline.
+   */
   private async deleteBatches(lockHolder: SqlConnection | undefined): Promise<number> {
     const dialect = this.dialect;
-    const batch = this.config.purgeBatchSize;
+    const size = this.purgeBatch;
     let deleted = 0;
     for (;;) {
-      const statement = dialect.purgeBatch(batch);
+      const limit = size.current;
+      const statement = dialect.purgeBatch(limit);
       if (lockHolder && dialect.beforePurgeBatch) await dialect.beforePurgeBatch(lockHolder);
-      const { affected } = await (lockHolder ?? this.db).run(statement);
+      const startedAt = Date.now();
+      let affected: number;
+      try {
+        ({ affected } = await (lockHolder ?? this.db).run(statement));
+      } catch (error) {
+        size.failed();
+        throw error;
+      }
+      size.finished(Date.now() - startedAt);
       deleted += affected;
-      if (affected < batch) return deleted + (await this.steps.purge(batch));
+      if (affected < limit) return deleted + (await this.steps.purge(size.current));
     }
+  }
+
+  /** The purge's batch size, kept between purges (its deadline known once the dialect is: none on SQLite). */
+  private get purgeBatch(): PurgeBatchSize {
+    return (this.purgeBatchSize ??= new PurgeBatchSize(
+      this.config.purgeBatchSize,
+      this.dialect.name === 'sqlite' ? 0 : (this.config.tuning.statementTimeout ?? DEFAULT_STATEMENT_TIMEOUT_MS),
+    ));
   }
 
   /**

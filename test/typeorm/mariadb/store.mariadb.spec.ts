@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { DataSource } from 'typeorm';
+import type { DataSource, Logger } from 'typeorm';
 import { IdempotencyConfigurationError } from '../../../lib/core/errors.js';
 import { describeStoreContract } from '../../../lib/testing/store-contract.js';
 import {
@@ -209,6 +209,56 @@ describe('TypeOrmIdempotencyStore on MariaDB', () => {
     } finally {
       await busy.release();
       await other.destroy(false);
+    }
+  });
+
+  it('starts the purge after one whose batch outlived the deadline with batches half as big, and still purges every expired row', async () => {
+    const limits: number[] = [];
+    const logger: Logger = {
+      logQuery: (query, parameters) => {
+        if (/^DELETE FROM .* ORDER BY `expires_at` LIMIT \?$/.test(query)) limits.push(Number((parameters as unknown[] | undefined)?.at(-1)));
+      },
+      logQueryError: () => undefined,
+      logQuerySlow: () => undefined,
+      logSchemaBuild: () => undefined,
+      logMigration: () => undefined,
+      log: () => undefined,
+    };
+    const logged = await createMariaDataSource({ database: db.database, synchronize: false, poolSize: 4, logger });
+    const tableName = uniqueName('records');
+    const store = new TypeOrmIdempotencyStore(logged.dataSource, { tableName, purgeBatchSize: 100, statementTimeout: 500 });
+    await store.ensureTable();
+    const keys = Array.from({ length: 250 }, key);
+    for (const k of keys) await store.claim(k, { token: 't', leaseTtl: 1 });
+    const now = await mariaNowMs(dataSource);
+    await waitUntil(async () => (await mariaNowMs(dataSource)) > now + 1, { what: 'the 250 leases to expire' });
+    // Another transaction holds the oldest expired row: the first batch waits on it past the deadline.
+    const busy = dataSource.createQueryRunner();
+    await busy.connect();
+    try {
+      await busy.startTransaction();
+      await busy.query(`SELECT \`key\` FROM \`${tableName}\` ORDER BY \`expires_at\` LIMIT 1 FOR UPDATE`);
+      await expect(store.purgeExpired()).rejects.toThrow();
+      expect(limits).toEqual([100]);
+      await busy.rollbackTransaction();
+      // The abandoned batch may still hold the purge lock until its session ends.
+      let deleted = 0;
+      await waitUntil(
+        async () => {
+          const result = await store.purgeExpired();
+          deleted += result.deleted;
+          return result.ran;
+        },
+        { what: 'the next purge to run' },
+      );
+      expect(limits[1]).toBe(50);
+      const [{ n }] = await dataSource.query(`SELECT COUNT(*) AS n FROM \`${tableName}\``);
+      expect(Number(n)).toBe(0);
+      expect(deleted).toBeGreaterThan(0);
+    } finally {
+      if (busy.isTransactionActive) await busy.rollbackTransaction();
+      await busy.release();
+      await logged.destroy(false);
     }
   });
 

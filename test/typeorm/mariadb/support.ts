@@ -22,6 +22,8 @@ export async function createMariaDataSource(
     type?: 'mariadb' | 'mysql';
     extra?: Record<string, unknown>;
     flags?: string;
+    /** TypeORM's logger (with `logging: ['query']`), to see the statements the store sends. */
+    logger?: DataSourceOptions['logger'];
   } = {},
 ) {
   const database = options.database ?? uniqueName('idem');
@@ -37,7 +39,8 @@ export async function createMariaDataSource(
     migrations: options.migrations ?? [],
     synchronize: options.synchronize ?? true,
     poolSize: options.poolSize ?? 5,
-    logging: false,
+    logging: options.logger ? ['query'] : false,
+    ...(options.logger ? { logger: options.logger } : {}),
     ...(options.extra ? { extra: options.extra } : {}),
     ...(options.flags ? { flags: options.flags } : {}),
   } as DataSourceOptions);
