@@ -36,8 +36,11 @@ export interface RecordStatements {
   readAny(key: string): Statement;
   /** Transactional path: turns the (own, uncommitted) lease into the completed record. */
   finish(key: string, result: string, ttl: number): Statement;
-  /** Deletes up to `limit` dead rows. */
-  purgeBatch(limit: number): Statement;
+  /**
+   * Deletes up to `limit` dead rows, oldest expiry first; with `purgeResume`, only those
+   * expiring at or after `from` (the previous batch's latest, undefined for the first).
+   */
+  purgeBatch(limit: number, from?: number): Statement;
   /** Selects every column the store needs and no row: `verify()`'s check of the table. */
   probe(): Statement;
 }
@@ -128,6 +131,14 @@ export interface SqlDialect extends RecordStatements {
   ): Promise<{ ran: boolean; deleted: number }>;
   /** Before each purge batch on the lock holder. */
   beforePurgeBatch?(lockHolder: SqlConnection): Promise<void>;
+  /**
+   * MariaDB: the latest expiry a purge batch deleted (it answers them, `DELETE ...
+   * RETURNING`), where the next batch starts. Without it, each batch of a purge scans the
+   * expiry index from its start, past every entry InnoDB has delete-marked and not yet
+   * purged: the batches of one purge got slower and slower (10 ms to 55 ms per 1 000 rows
+   * over 100 000 rows, 2.5 × the whole purge's time). Absent: every batch from the start.
+   */
+  purgeResume?(result: SqlResult): number | undefined;
 
   /**
    * Why a whole idempotent transaction that failed with `error` may run again (InnoDB

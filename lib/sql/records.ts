@@ -308,22 +308,26 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
    * last ones took, so none comes near the statement deadline.
    */
   private async deleteBatches(lockHolder: SqlConnection | undefined): Promise<number> {
-    const dialect = this.dialect;
+    // The server's variant: MariaDB's batches resume where the last one stopped, MySQL's cannot.
+    const dialect = await serverDialect(this.db, this.dialect);
     const size = this.purgeBatch;
     let deleted = 0;
+    let from: number | undefined;
     for (;;) {
       const limit = size.current;
-      const statement = dialect.purgeBatch(limit);
+      const statement = dialect.purgeBatch(limit, from);
       if (lockHolder && dialect.beforePurgeBatch) await dialect.beforePurgeBatch(lockHolder);
       const startedAt = Date.now();
-      let affected: number;
+      let result: SqlResult;
       try {
-        ({ affected } = await (lockHolder ?? this.db).run(statement));
+        result = await (lockHolder ?? this.db).run(statement);
       } catch (error) {
         size.failed();
         throw error;
       }
       size.finished(Date.now() - startedAt);
+      const { affected } = result;
+      if (dialect.purgeResume) from = dialect.purgeResume(result) ?? from;
       deleted += affected;
       if (affected < limit) return deleted + (await this.steps.purge(size.current));
     }

@@ -1,6 +1,6 @@
 import { expiryIndexNameOf, type TableName } from './records-table.js';
 import type { RecordStatements } from '../dialect.js';
-import type { Statement } from '../statement.js';
+import type { SqlResult, Statement } from '../statement.js';
 
 /**
  * The record statements on MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb`
@@ -83,7 +83,12 @@ WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress' AND \`l
     // Single-table DELETE with ORDER BY and LIMIT: both servers take it (no subquery on the
     // same table, which MySQL refuses). The store runs it under READ COMMITTED, so the scan
     // takes no gap locks that would hold up concurrent claims.
-    purgeBatch: (limit) => stmt(`DELETE FROM ${t} WHERE ${DEAD} ORDER BY \`expires_at\` LIMIT ?`, [limit]),
+    // MariaDB resumes each batch where the last one stopped (`SqlDialect.purgeResume`); MySQL has
+    // no DELETE ... RETURNING, so its batches start at the oldest expiry each time.
+    purgeBatch: returning
+      ? (limit, from) =>
+          stmt(`DELETE FROM ${t} WHERE ${DEAD} AND \`expires_at\` >= ? ORDER BY \`expires_at\` LIMIT ? RETURNING \`expires_at\``, [from ?? 0, limit])
+      : (limit) => stmt(`DELETE FROM ${t} WHERE ${DEAD} ORDER BY \`expires_at\` LIMIT ?`, [limit]),
     probe: () =>
       stmt(
         `SELECT \`key\`, \`status\`, \`lease_token\`, \`lease_expires_at\`, \`fingerprint\`, \`result\`, \`expires_at\`, \`created_at\` FROM ${t} WHERE 1 = 0`,
@@ -119,4 +124,14 @@ export function mysqlRecordsTableDdl(name: TableName): string[] {
 /** Drops what `mysqlRecordsTableDdl` creates (MySQL's indexes belong to their table). */
 export function dropMysqlRecordsTableDdl(name: TableName): string[] {
   return [`DROP TABLE IF EXISTS ${mysqlQuoted(name)}`];
+}
+
+/** The latest `expires_at` among the rows a purge batch answered (undefined: none). */
+export function latestExpiryOf(result: SqlResult): number | undefined {
+  let latest: number | undefined;
+  for (const row of result.rows) {
+    const expiry = Number(row.expires_at);
+    if (Number.isFinite(expiry) && (latest === undefined || expiry > latest)) latest = expiry;
+  }
+  return latest;
 }

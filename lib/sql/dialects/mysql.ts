@@ -6,7 +6,7 @@ import { transientLockErrorOf } from '../failures.js';
 import { plain, type SqlResult } from '../statement.js';
 import { checkResultCapacity, forgetResultCapacity, mysqlResultCapacityOf, storableMysqlResult } from './mysql-result-capacity.js';
 import { claimReturningOf } from './mysql-server.js';
-import { mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements } from './mysql-statements.js';
+import { latestExpiryOf, mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements } from './mysql-statements.js';
 import { liveRowAcquisition, toRecord } from './record-row.js';
 import type { TableName } from './records-table.js';
 
@@ -57,6 +57,7 @@ export function mysqlDialect(name: TableName): SqlDialect {
       beforePurgeBatch: async (lockHolder) => {
         await lockHolder.run(plain('SET TRANSACTION ISOLATION LEVEL READ COMMITTED'));
       },
+      purgeResume: returning ? latestExpiryOf : undefined,
       retriedTransaction: (error) => {
         const kind = transientLockErrorOf(error);
         if (!kind) return undefined;

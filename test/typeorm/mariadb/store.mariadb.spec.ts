@@ -34,6 +34,21 @@ describeStoreContract('TypeOrmIdempotencyStore (MySQL 8 statements, mysql driver
   return { store, dispose: () => db.destroy() };
 });
 
+/** The store's purge batch, as TypeORM logs it (MariaDB: with its resume bound and RETURNING). */
+const PURGE_BATCH = /^DELETE FROM .* ORDER BY `expires_at` LIMIT \?( RETURNING `expires_at`)?$/;
+
+/** A TypeORM logger that hands every query and its parameters to `onQuery`, and is silent otherwise. */
+function queryLogger(onQuery: (query: string, parameters: unknown[] | undefined) => unknown): Logger {
+  return {
+    logQuery: (query, parameters) => void onQuery(query, parameters as unknown[] | undefined),
+    logQueryError: () => undefined,
+    logQuerySlow: () => undefined,
+    logSchemaBuild: () => undefined,
+    logMigration: () => undefined,
+    log: () => undefined,
+  };
+}
+
 describe('TypeOrmIdempotencyStore on MariaDB', () => {
   let db: Awaited<ReturnType<typeof createMariaDataSource>>;
   let dataSource: DataSource;
@@ -212,18 +227,43 @@ describe('TypeOrmIdempotencyStore on MariaDB', () => {
     }
   });
 
+  it('starts each purge batch at the latest expiry the last one deleted (DELETE ... RETURNING), past the entries InnoDB has not purged yet', async () => {
+    const batches: unknown[][] = [];
+    const tableName = uniqueName('records');
+    // The records table's batches (the steps table's purge follows them).
+    const logger = queryLogger(
+      (query, parameters) => PURGE_BATCH.test(query) && query.includes(`\`${tableName}\` WHERE`) && batches.push([...(parameters ?? [])]),
+    );
+    const logged = await createMariaDataSource({ database: db.database, synchronize: false, poolSize: 2, logger });
+    const store = new TypeOrmIdempotencyStore(logged.dataSource, { tableName, purgeBatchSize: 10 });
+    try {
+      await store.ensureTable();
+      // 25 expired rows, one expiry each (1 ms apart), and 3 live ones.
+      const now = await mariaNowMs(dataSource);
+      const expiries = Array.from({ length: 25 }, (_, i) => now - 60_000 + i);
+      for (const [i, expiresAt] of expiries.entries()) {
+        await dataSource.query(
+          `INSERT INTO \`${tableName}\` (\`key\`, \`status\`, \`result\`, \`expires_at\`, \`created_at\`) VALUES (?, 'completed', 'r', ?, ?)`,
+          [`dead-${i}`, expiresAt, expiresAt - 1_000],
+        );
+      }
+      for (let i = 0; i < 3; i++) await store.claim(key(), { token: 't', leaseTtl: 60_000 });
+      expect(await store.purgeExpired()).toEqual({ ran: true, deleted: 25 });
+      expect(batches).toEqual([
+        [0, 10],
+        [expiries[9], 10],
+        [expiries[19], 10],
+      ]);
+      const [{ n }] = await dataSource.query(`SELECT COUNT(*) AS n FROM \`${tableName}\``);
+      expect(Number(n)).toBe(3);
+    } finally {
+      await logged.destroy(false);
+    }
+  });
+
   it('starts the purge after one whose batch outlived the deadline with batches half as big, and still purges every expired row', async () => {
     const limits: number[] = [];
-    const logger: Logger = {
-      logQuery: (query, parameters) => {
-        if (/^DELETE FROM .* ORDER BY `expires_at` LIMIT \?$/.test(query)) limits.push(Number((parameters as unknown[] | undefined)?.at(-1)));
-      },
-      logQueryError: () => undefined,
-      logQuerySlow: () => undefined,
-      logSchemaBuild: () => undefined,
-      logMigration: () => undefined,
-      log: () => undefined,
-    };
+    const logger = queryLogger((query, parameters) => PURGE_BATCH.test(query) && limits.push(Number(parameters?.at(-1))));
     const logged = await createMariaDataSource({ database: db.database, synchronize: false, poolSize: 4, logger });
     const tableName = uniqueName('records');
     const store = new TypeOrmIdempotencyStore(logged.dataSource, { tableName, purgeBatchSize: 100, statementTimeout: 500 });
