@@ -1,6 +1,6 @@
 /**
  * Removal of expired records while claims run, for bench/scale.ts. SQL: the store's own
- * `purgeExpired()` (batches of `purgeBatchSize` under its advisory lock) on a table of
+ * `purgeExpired()` (batches of at most `purgeBatchSize` under its advisory lock) on a table of
  * expired and live records, with claims at concurrency 16 before, during and after it.
  * Redis has no purge: its own key expiry forgets a record; the same claims run while
  * Redis expires a population that all expires at one instant.

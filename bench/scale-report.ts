@@ -149,7 +149,7 @@ function purgeSection(purge: PurgeFigures): string[] {
     `| ${label} | ${round(window.ms / 1000, 1)} | ${window.stats.n} | ${window.perSecond} | ${window.stats.p50} | ${window.stats.p99} | ${window.stats.max} |`;
   return [
     `${purge.expired} expired + ${purge.live} live records (filled in ${round(purge.fillMs / 1000, 1)} s). One \`purgeExpired()\` ` +
-      `(batches of ${purge.batchSize}) deleted ${purge.deleted} rows in ${round(purge.purgeMs / 1000, 1)} s: ` +
+      `(batches of at most ${purge.batchSize}, \`purgeBatchSize\`) deleted ${purge.deleted} rows in ${round(purge.purgeMs / 1000, 1)} s: ` +
       `**${purge.rowsPerSecond} rows/s**; ${purge.expiredLeft} expired rows left. Claims at concurrency 16, new keys, µs:`,
     '',
     '| window | s | claims | claims / s | p50 | p99 | max |',
