@@ -46,26 +46,33 @@ const policy = (store: MemoryIdempotencyStore): ExecutionPolicy => ({
   maxResponseBytes: 1 << 20,
 });
 
+/**
+ * A claim of a new key by a new engine whose reply was lost (the store applied it), with
+ * the first `releasesRefused` releases after it lost as well.
+ */
+async function loseClaim(releasesRefused: number, fingerprint?: string) {
+  const store = new LostRepliesStore();
+  const engine = new IdempotencyEngine();
+  const key = storageKeyOf('lost-claim', randomUUID());
+  store.lostClaimReplies = 1;
+  store.releasesRefused = releasesRefused;
+  await expect(engine.execute({ key, fingerprint }, policy(store), () => 'never runs')).rejects.toBeInstanceOf(
+    IdempotencyStoreUnavailableError,
+  );
+  return { store, engine, key };
+}
+
 describe('a claim whose reply was lost', () => {
   it('is undone at once by its token-checked release, so the retry runs', async () => {
-    const store = new LostRepliesStore();
-    const engine = new IdempotencyEngine();
-    const key = storageKeyOf('lost-claim', randomUUID());
+    const { store, key } = await loseClaim(0);
     let runs = 0;
-    store.lostClaimReplies = 1;
-    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
     // Another instance (engine) retries: nothing of the first engine's memory helps it.
     expect(await new IdempotencyEngine().execute({ key }, policy(store), () => ++runs)).toEqual({ value: 1, replayed: false });
   });
 
   it('when its release is lost too, is undone by the next retry in the same process instead of answering 409', async () => {
-    const store = new LostRepliesStore();
-    const engine = new IdempotencyEngine();
-    const key = storageKeyOf('lost-claim', randomUUID());
+    const { store, engine, key } = await loseClaim(1);
     let runs = 0;
-    store.lostClaimReplies = 1;
-    store.releasesRefused = 1;
-    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
     expect(await store.get(key)).toMatchObject({ status: 'in_progress' });
     // Another process knows nothing of that claim: the lease holds for it.
     await expect(new IdempotencyEngine().execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyInFlightError);
@@ -77,13 +84,8 @@ describe('a claim whose reply was lost', () => {
 
 describe('a claim whose reply and undoing release were both lost', () => {
   it('is released again in the background once the store answers, so a retry in another process runs', async () => {
-    const store = new LostRepliesStore();
-    const engine = new IdempotencyEngine();
-    const key = storageKeyOf('lost-claim', randomUUID());
+    const { store, engine, key } = await loseClaim(3);
     let runs = 0;
-    store.lostClaimReplies = 1;
-    store.releasesRefused = 3;
-    await expect(engine.execute({ key }, policy(store), () => ++runs)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
     const other = new IdempotencyEngine();
     const deadline = Date.now() + 10_000;
     for (;;) {
@@ -101,14 +103,7 @@ describe('a claim whose reply and undoing release were both lost', () => {
   });
 
   it('answers a request with another body in the same process by running it, not with 422: the lost claim ran nothing', async () => {
-    const store = new LostRepliesStore();
-    const engine = new IdempotencyEngine();
-    const key = storageKeyOf('lost-claim', randomUUID());
-    store.lostClaimReplies = 1;
-    store.releasesRefused = 1;
-    await expect(engine.execute({ key, fingerprint: 'body-a' }, policy(store), () => 'a')).rejects.toBeInstanceOf(
-      IdempotencyStoreUnavailableError,
-    );
+    const { store, engine, key } = await loseClaim(1, 'body-a');
     expect(await store.get(key)).toMatchObject({ status: 'in_progress', fingerprint: 'body-a' });
     // Before the background retry's first timer: this request meets the claim itself.
     expect(await engine.execute({ key, fingerprint: 'body-b' }, policy(store), () => 'b')).toEqual({ value: 'b', replayed: false });
@@ -116,13 +111,7 @@ describe('a claim whose reply and undoing release were both lost', () => {
   });
 
   it('still answers 422 to another body when the claim is not one of its own lost ones', async () => {
-    const store = new LostRepliesStore();
-    const key = storageKeyOf('lost-claim', randomUUID());
-    store.lostClaimReplies = 1;
-    store.releasesRefused = 1;
-    await expect(
-      new IdempotencyEngine().execute({ key, fingerprint: 'body-a' }, policy(store), () => 'a'),
-    ).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+    const { store, key } = await loseClaim(1, 'body-a');
     await expect(new IdempotencyEngine().execute({ key, fingerprint: 'body-b' }, policy(store), () => 'b')).rejects.toBeInstanceOf(
       IdempotencyFingerprintMismatchError,
     );
