@@ -59,7 +59,9 @@ export class OrphanClaims {
         // Past the lease, or undone meanwhile by a retry (`release`): nothing left to free.
         if (Date.now() + nextDelay >= leaseUntil || !this.claims.get(key)?.has(token)) return;
         const timer = setTimeout(
-          () => this.claims.get(key)?.has(token) && this.sendRelease(store, key, token, leaseUntil, Math.min(nextDelay * 2, RELEASE_RETRY_MAX_MS)),
+          () =>
+            this.claims.get(key)?.has(token) &&
+            this.sendRelease(store, key, token, leaseUntil, Math.min(nextDelay * 2, RELEASE_RETRY_MAX_MS)),
           nextDelay,
         );
         timer.unref();

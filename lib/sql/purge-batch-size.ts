@@ -26,7 +26,9 @@ export class PurgeBatchSize {
   ) {
     this.size = max;
     this.min = Math.min(max, MIN_PURGE_BATCH);
-    this.targetMs = statementTimeout ? Math.min(DEFAULT_BATCH_TARGET_MS, Math.max(1, Math.floor(statementTimeout / 5))) : DEFAULT_BATCH_TARGET_MS;
+    this.targetMs = statementTimeout
+      ? Math.min(DEFAULT_BATCH_TARGET_MS, Math.max(1, Math.floor(statementTimeout / 5)))
+      : DEFAULT_BATCH_TARGET_MS;
   }
 
   /** Rows the next batch may delete. */

@@ -87,7 +87,10 @@ WHERE \`key\` = ? AND \`lease_token\` = ? AND \`status\` = 'in_progress' AND \`l
     // no DELETE ... RETURNING, so its batches start at the oldest expiry each time.
     purgeBatch: returning
       ? (limit, from) =>
-          stmt(`DELETE FROM ${t} WHERE ${DEAD} AND \`expires_at\` >= ? ORDER BY \`expires_at\` LIMIT ? RETURNING \`expires_at\``, [from ?? 0, limit])
+          stmt(`DELETE FROM ${t} WHERE ${DEAD} AND \`expires_at\` >= ? ORDER BY \`expires_at\` LIMIT ? RETURNING \`expires_at\``, [
+            from ?? 0,
+            limit,
+          ])
       : (limit) => stmt(`DELETE FROM ${t} WHERE ${DEAD} ORDER BY \`expires_at\` LIMIT ?`, [limit]),
     probe: () =>
       stmt(
