@@ -65,8 +65,8 @@ export interface PrismaIdempotencyStoreOptions extends PrismaTransactionTuning {
    * Most rows deleted per statement by a purge, so no single statement holds many locks. A
    * batch that takes longer than a fifth of `statementTimeout` (at most 1 s) or fails halves
    * the next one (down to 10), quick ones double it back up to this; the size carries over to
-   * the next purge. On InnoDB a batch of rows clustered by their random keys touches a page
-   * per row, and one too big for a busy server failed the purge on the deadline every time.
+   * the next purge. On MariaDB beside 16 claimers, one batch of 1 000 outlived the 5 s deadline
+   * and failed the purge every time it ran.
    * @default 1000
    */
   purgeBatchSize?: number;

@@ -178,7 +178,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // Registered before the script is sent: an invalidation of this key that arrives on
     // the other connection before this reply keeps the reply out of the cache.
     const read = nearCache.beginRead(key);
-    if (read === undefined) return this.claimUntracked(nearCache, key, request);
+    if (read === undefined) return this.claimInRedis(key, request, nearCache);
     return this.claimThroughNearCache(nearCache, key, request, read);
   }
 
@@ -199,17 +199,16 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  /** A claim whose reply is not cached (a first execution, mostly): one async step, as without the cache. */
-  private async claimUntracked(nearCache: NearCache, key: string, request: ClaimRequest): Promise<ClaimResult> {
+  /**
+   * The claim script, its reply not cached. `nearCache`: an untracked claim of the near
+   * cache (a first execution, mostly), which tells it of a completed record found, so
+   * the key's next claim is sent tracked; one async step, as without the cache.
+   */
+  private async claimInRedis(key: string, request: ClaimRequest, nearCache?: NearCache): Promise<ClaimResult> {
     const reply = (await this.scripts.run(CLAIM, this.redisKey(key), this.claimArgs(request))) as unknown[];
     const result = this.claimResult(key, request, reply);
-    if (!result.claimed && result.record.status === 'completed') nearCache.noteCompleted(key);
+    if (nearCache && !result.claimed && result.record.status === 'completed') nearCache.noteCompleted(key);
     return result;
-  }
-
-  private async claimInRedis(key: string, request: ClaimRequest): Promise<ClaimResult> {
-    const reply = (await this.scripts.run(CLAIM, this.redisKey(key), this.claimArgs(request))) as unknown[];
-    return this.claimResult(key, request, reply);
   }
 
   private claimArgs(request: ClaimRequest): (string | number)[] {
