@@ -40,7 +40,13 @@ export interface AppConfig {
   mariadbUrl?: string;
 }
 
-export type ParentMessage = { id: number; type: 'counts' } | { id: number; type: 'close' };
+export type ParentMessage =
+  | { id: number; type: 'counts' }
+  | { id: number; type: 'close' }
+  /** Starts the V8 CPU profiler in the app (bench/profile-diff.ts), sampling every `intervalMicros`. */
+  | { id: number; type: 'profile-start'; intervalMicros: number }
+  /** Stops it and writes the profile (`.cpuprofile` JSON) to `file`. */
+  | { id: number; type: 'profile-stop'; file: string };
 export type ChildMessage =
   | { type: 'ready'; port: number; stores: StoreName[]; floors: FloorName[] }
   | { type: 'failed'; error: string }
@@ -52,7 +58,8 @@ export type ChildMessage =
       /** CPU time this process has used (user + system), µs: per-request CPU survives a busy machine better than req/s. */
       cpuMicros: number;
     }
-  | { id: number; type: 'closed' };
+  | { id: number; type: 'closed' }
+  | { id: number; type: 'profiled' };
 
 const { Idempotent, IdempotencyModule } = loadLib();
 
@@ -158,6 +165,29 @@ async function start(config: AppConfig): Promise<{ app: INestApplication; stores
   return { app, stores };
 }
 
+let profilerSession: import('node:inspector').Session | undefined;
+
+/** The V8 profiler over the inspector protocol, so that a profile covers only the window the parent asks for. */
+async function profiler(message: Extract<ParentMessage, { type: 'profile-start' | 'profile-stop' }>): Promise<void> {
+  const { Session } = await import('node:inspector');
+  const session = (profilerSession ??= new Session());
+  const post = (method: string, params?: object) =>
+    new Promise<unknown>((resolve, reject) =>
+      session.post(method, params ?? {}, (error, result) => (error ? reject(error) : resolve(result))),
+    );
+  if (message.type === 'profile-start') {
+    session.connect();
+    await post('Profiler.enable');
+    await post('Profiler.setSamplingInterval', { interval: message.intervalMicros });
+    await post('Profiler.start');
+    return;
+  }
+  const { profile } = (await post('Profiler.stop')) as { profile: unknown };
+  session.disconnect();
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(message.file, JSON.stringify(profile));
+}
+
 if (require.main === module) {
   const config = JSON.parse(process.env.BENCH_APP_CONFIG ?? '{}') as AppConfig;
   const send = (message: ChildMessage) => process.send!(message);
@@ -172,6 +202,8 @@ if (require.main === module) {
           for (const s of stores) counts[s.name] = { calls: { ...s.store.counts }, backend: s.backendCalls() };
           const cpu = process.cpuUsage();
           send({ id: message.id, type: 'counts', counts, rss: process.memoryUsage().rss, cpuMicros: cpu.user + cpu.system });
+        } else if (message.type === 'profile-start' || message.type === 'profile-stop') {
+          void profiler(message).then(() => send({ id: message.id, type: 'profiled' }));
         } else if (message.type === 'close') {
           void (async () => {
             await app.close();

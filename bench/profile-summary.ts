@@ -11,11 +11,11 @@
  */
 import { readFileSync } from 'node:fs';
 
-interface ProfileNode {
+export interface ProfileNode {
   callFrame: { functionName: string; url: string; lineNumber: number };
   hitCount?: number;
 }
-interface Profile {
+export interface Profile {
   nodes: ProfileNode[];
   samples: number[];
   startTime: number;
@@ -36,7 +36,7 @@ const GROUPS: Array<[string, (url: string) => boolean]> = [
   ['node', (url) => url.startsWith('node:')],
 ];
 
-function groupOf(node: ProfileNode): string {
+export function groupOf(node: ProfileNode): string {
   const { url, functionName } = node.callFrame;
   if (!url) return functionName.startsWith('(') ? functionName : '(native)';
   return GROUPS.find(([, test]) => test(url))?.[0] ?? 'other';
@@ -72,4 +72,4 @@ function main() {
   }
 }
 
-main();
+if (require.main === module) main();

@@ -309,7 +309,7 @@ export function parseArgs(argv: string[]): BenchOptions {
 }
 
 /** The app under load, in its own process, with a request/response channel over IPC. */
-class AppProcess {
+export class AppProcess {
   private nextId = 1;
   private readonly waiting = new Map<number, (message: ChildMessage) => void>();
 
@@ -347,7 +347,9 @@ class AppProcess {
     });
   }
 
-  request<T extends ChildMessage>(message: Omit<ParentMessage, 'id'>): Promise<T> {
+  request<T extends ChildMessage>(
+    message: ParentMessage extends infer M ? (M extends unknown ? Omit<M, 'id'> : never) : never,
+  ): Promise<T> {
     const id = this.nextId++;
     return new Promise((resolvePromise) => {
       this.waiting.set(id, resolvePromise as (m: ChildMessage) => void);
@@ -372,7 +374,7 @@ class AppProcess {
  * Store counts once the requests still in the server when autocannon stopped have
  * finished (they were sent, so they count): polled until two reads agree.
  */
-async function settledCounts(app: AppProcess): Promise<Extract<ChildMessage, { type: 'counts' }>> {
+export async function settledCounts(app: AppProcess): Promise<Extract<ChildMessage, { type: 'counts' }>> {
   let last = await app.counts();
   for (let i = 0; i < 40; i++) {
     await new Promise((r) => setTimeout(r, 50));

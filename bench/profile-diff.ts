@@ -1,0 +1,248 @@
+/**
+ * The library beside its floor (bench/floors.ts), function by function: where the app
+ * CPU that `@Idempotent()` adds beyond the hand-written route goes.
+ *
+ *   npm run bench:profile-diff -- --platform express --store mariadb --case replay
+ *   npm run bench:profile-diff -- --platform fastify --store typeorm --case first --rounds 4 --out /tmp/diff.md
+ *
+ * bench/profile-summary.ts reads one profile of the whole bench app, where the library's
+ * route, the floor's and the bare one share the process: only lib/ and bench/floors.ts
+ * can be told apart there, not Express, the driver, Nest or the garbage collector. Here
+ * each side gets a process of its own (bench/app.ts, the same app) that serves only its
+ * route while it is profiled (the inspector's profiler, started and stopped over IPC, so
+ * start-up is left out), in alternating rounds; every function's self time per request
+ * is then the library's minus the floor's. The sum of the differences is the CPU the
+ * library adds beyond its floor, as the profiler sees it (sampling adds its own cost to
+ * both sides; the process's own CPU per request, measured beside it, is given too).
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { AppProcess, BODY, cannon, FLOOR_OF, settledCounts, type Platform } from './run.js';
+import { groupOf, type Profile } from './profile-summary.js';
+import { ALL_STORES, type StoreName } from './stores.js';
+import { round } from './stats.js';
+
+type Side = 'library' | 'floor';
+const SIDES: readonly Side[] = ['library', 'floor'];
+
+interface DiffOptions {
+  platform: Platform;
+  store: StoreName;
+  case: 'first' | 'replay';
+  duration: number;
+  rounds: number;
+  connections: number;
+  /** The profiler's sampling interval, µs (V8's default is 1 000). */
+  interval: number;
+  top: number;
+  out?: string;
+}
+
+function parseArgs(argv: string[]): DiffOptions {
+  const options: DiffOptions = {
+    platform: 'express',
+    store: 'typeorm',
+    case: 'replay',
+    duration: 5,
+    rounds: 2,
+    connections: 50,
+    interval: 100,
+    top: 25,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const value = () => argv[++i] ?? '';
+    switch (argv[i]) {
+      case '--platform':
+        options.platform = value() as Platform;
+        break;
+      case '--store':
+        options.store = value() as StoreName;
+        break;
+      case '--case':
+        options.case = value() as DiffOptions['case'];
+        break;
+      case '--duration':
+        options.duration = Number(value());
+        break;
+      case '--rounds':
+        options.rounds = Number(value());
+        break;
+      case '--connections':
+        options.connections = Number(value());
+        break;
+      case '--interval':
+        options.interval = Number(value());
+        break;
+      case '--top':
+        options.top = Number(value());
+        break;
+      case '--out':
+        options.out = value();
+        break;
+      default:
+        throw new Error(
+          `Unknown option ${argv[i]}. Usage: npm run bench:profile-diff -- [--platform express|fastify] [--store ${ALL_STORES.join('|')}] ` +
+            '[--case first|replay] [--duration s] [--rounds n] [--connections n] [--interval µs] [--top n] [--out file.md]',
+        );
+    }
+  }
+  if (options.platform !== 'express' && options.platform !== 'fastify') throw new Error(`--platform: unknown platform ${options.platform}`);
+  if (!ALL_STORES.includes(options.store) || !FLOOR_OF[options.store]) throw new Error(`--store: no floor for ${options.store}`);
+  if (options.case !== 'first' && options.case !== 'replay') throw new Error(`--case: first or replay, not ${options.case}`);
+  return options;
+}
+
+/** Self time per function (and per group) of one or more profiles, µs. */
+class SelfTimes {
+  readonly byFunction = new Map<string, number>();
+  readonly byGroup = new Map<string, number>();
+  requests = 0;
+  cpuMicros = 0;
+
+  add(profile: Profile): void {
+    const microsPerSample = (profile.endTime - profile.startTime) / Math.max(1, profile.samples.length);
+    for (const node of profile.nodes) {
+      const self = (node.hitCount ?? 0) * microsPerSample;
+      if (self === 0) continue;
+      const group = groupOf(node);
+      this.byGroup.set(group, (this.byGroup.get(group) ?? 0) + self);
+      const { functionName, url, lineNumber } = node.callFrame;
+      const where = url
+        ? `${url
+            .replace(/^.*node_modules\//, '')
+            .split('/')
+            .slice(-2)
+            .join('/')}:${lineNumber + 1}`
+        : '';
+      const name = `${group} ${functionName || '(anonymous)'} ${where}`.trim();
+      this.byFunction.set(name, (this.byFunction.get(name) ?? 0) + self);
+    }
+  }
+}
+
+async function measureSide(app: AppProcess, side: Side, options: DiffOptions, file: string, times: SelfTimes, key: string) {
+  const path = `/${side === 'library' ? options.store : FLOOR_OF[options.store]}/first`;
+  if (options.case === 'replay') {
+    await fetch(`http://127.0.0.1:${app.port}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: BODY,
+    });
+  }
+  const before = await app.counts();
+  await app.request({ type: 'profile-start', intervalMicros: options.interval });
+  const { result } = await cannon(
+    app.port,
+    { path, key: options.case === 'first' ? 'unique' : key, duration: options.duration },
+    options.connections,
+  );
+  const after = await settledCounts(app);
+  await app.request({ type: 'profile-stop', file });
+  if (result.non2xx > 0 || result.errors > 0) throw new Error(`${side}: ${result.non2xx} non-2xx answers, ${result.errors} errors`);
+  times.add(JSON.parse(readFileSync(file, 'utf8')) as Profile);
+  times.requests += result.requests.total;
+  times.cpuMicros += after.cpuMicros - before.cpuMicros;
+  return result.requests.total;
+}
+
+function report(options: DiffOptions, times: Record<Side, SelfTimes>): string {
+  const per = (side: Side, micros: number | undefined) => (micros ?? 0) / times[side].requests;
+  const lines = [
+    `# ${options.platform}, ${options.store}, ${options.case}: the library ÷ its floor, function by function`,
+    '',
+    `${new Date().toISOString()} · ${options.rounds} rounds of ${options.duration} s per side, alternating, ${options.connections} connections · ` +
+      `sampling every ${options.interval} µs · one app process per side (bench/app.ts) serving only its route while profiled`,
+    '',
+    `Requests: library ${times.library.requests}, floor ${times.floor.requests}. App CPU per request (process.cpuUsage, profiler running): ` +
+      `library ${round(per('library', times.library.cpuMicros), 1)} µs, floor ${round(per('floor', times.floor.cpuMicros), 1)} µs, ` +
+      `difference **${round(per('library', times.library.cpuMicros) - per('floor', times.floor.cpuMicros), 1)} µs**.`,
+    '',
+    '| group | library µs/req | floor µs/req | library − floor |',
+    '|---|--:|--:|--:|',
+  ];
+  const groups = new Set([...times.library.byGroup.keys(), ...times.floor.byGroup.keys()]);
+  const groupRows = [...groups].map(
+    (g) => [g, per('library', times.library.byGroup.get(g)), per('floor', times.floor.byGroup.get(g))] as const,
+  );
+  let sumLibrary = 0;
+  let sumFloor = 0;
+  for (const [group, library, floor] of groupRows.sort((a, b) => b[1] - b[2] - (a[1] - a[2]))) {
+    if (group !== '(idle)') {
+      sumLibrary += library;
+      sumFloor += floor;
+    }
+    lines.push(`| ${group} | ${library.toFixed(2)} | ${floor.toFixed(2)} | ${(library - floor).toFixed(2)} |`);
+  }
+  lines.push(
+    `| **all but (idle)** | **${sumLibrary.toFixed(2)}** | **${sumFloor.toFixed(2)}** | **${(sumLibrary - sumFloor).toFixed(2)}** |`,
+    '',
+    `The ${options.top} functions whose self time per request differs most (positive: the library spends more):`,
+    '',
+    '| function | library µs/req | floor µs/req | library − floor |',
+    '|---|--:|--:|--:|',
+  );
+  const names = new Set([...times.library.byFunction.keys(), ...times.floor.byFunction.keys()]);
+  const rows = [...names].map(
+    (n) => [n, per('library', times.library.byFunction.get(n)), per('floor', times.floor.byFunction.get(n))] as const,
+  );
+  rows.sort((a, b) => Math.abs(b[1] - b[2]) - Math.abs(a[1] - a[2]));
+  for (const [name, library, floor] of rows.slice(0, options.top)) {
+    lines.push(`| \`${name.replace(/\|/g, '\\|')}\` | ${library.toFixed(2)} | ${floor.toFixed(2)} | ${(library - floor).toFixed(2)} |`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+async function main(): Promise<void> {
+  const options = parseArgs(process.argv.slice(2));
+  const runId = randomBytes(3).toString('hex');
+  const dir = join(tmpdir(), `profile-diff-${runId}`);
+  mkdirSync(dir, { recursive: true });
+  const apps = {} as Record<Side, AppProcess>;
+  const times = { library: new SelfTimes(), floor: new SelfTimes() };
+  try {
+    for (const side of SIDES) {
+      apps[side] = await AppProcess.start({
+        platform: options.platform,
+        stores: [options.store],
+        slowMs: 1_000,
+        runId: `${runId}${side[0]}`,
+        autoPipelining: false,
+      });
+      if (!apps[side].stores.includes(options.store)) throw new Error(`the ${options.store} store did not open (is its server up?)`);
+    }
+    // Warm-up: each side's route, both cases, so compilation and pool connections are not profiled.
+    for (const side of SIDES) {
+      const path = `/${side === 'library' ? options.store : FLOOR_OF[options.store]}/first`;
+      await cannon(apps[side].port, { path, key: 'unique', duration: 1 }, options.connections);
+      await cannon(apps[side].port, { path, key: `warm-${runId}`, duration: 1 }, options.connections);
+    }
+    for (let r = 0; r < options.rounds; r++) {
+      const order = r % 2 === 0 ? SIDES : [...SIDES].reverse();
+      for (const side of order) {
+        const requests = await measureSide(
+          apps[side],
+          side,
+          options,
+          join(dir, `${side}-${r}.cpuprofile`),
+          times[side],
+          `diff-${runId}-${r}`,
+        );
+        process.stderr.write(`round ${r + 1} ${side}: ${requests} requests\n`);
+      }
+    }
+  } finally {
+    for (const side of SIDES) await apps[side]?.close();
+  }
+  const text = report(options, times);
+  if (options.out) writeFileSync(options.out, text);
+  process.stdout.write(text + (options.out ? `\nWrote ${options.out}; profiles in ${dir}\n` : `\nProfiles in ${dir}\n`));
+}
+
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
+}
