@@ -47,11 +47,21 @@ export interface RecordStatements {
 
 /**
  * What one claim statement said: the claim's result, `'read'` (the statement does not
- * return a row it did not claim: read the live one with `read`), or `'again'` (nothing
+ * return a row it did not claim: read the live one with `read`), `'again'` (nothing
  * settled: a concurrent claimer committed after the statement's snapshot, or the row went
- * away; a new statement sees it).
+ * away; a new statement sees it), or a follow-up statement to run (see `ClaimFollowUp`).
  */
-export type ClaimAnswer = ClaimResult | 'read' | 'again';
+export type ClaimAnswer = ClaimResult | 'read' | 'again' | ClaimFollowUp;
+
+/**
+ * A claim that takes one more statement: MariaDB's claim leaves a dead row (expired, not
+ * yet purged) as it is and says so; `followUp` takes it over while it is still dead, and
+ * `answer` reads what that did (`'again'`: another claimer took it first).
+ */
+export interface ClaimFollowUp {
+  readonly followUp: Statement;
+  answer(result: SqlResult): ClaimResult | 'again';
+}
 
 /** What the acquisition step of an idempotent transaction found. */
 export type Acquisition =

@@ -9,7 +9,7 @@ import type {
   TransactionalResult,
 } from '../core/store.js';
 import { StoreEventListeners } from '../core/store-events.js';
-import type { RunStatement, SqlDialect } from './dialect.js';
+import type { ClaimAnswer, RunStatement, SqlDialect } from './dialect.js';
 import { toRecord } from './dialects/record-row.js';
 import { configurationErrorOf, type TableFixes } from './failures.js';
 import type { SqlConnection, SqlDatabase, SqlTransaction } from './port.js';
@@ -159,14 +159,14 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
   private async claimRounds(dialect: SqlDialect, key: string, request: ClaimRequest, run: RunStatement): Promise<ClaimResult> {
     for (let round = 0; round < MAX_CLAIM_STATEMENTS; round++) {
       if (round > 0) this.retries++;
-      let result: SqlResult;
+      let answer: ClaimAnswer;
       try {
-        result = await run(dialect.claim(key, request.token, request.leaseTtl, request.fingerprint));
+        answer = dialect.claimAnswer(key, request, await run(dialect.claim(key, request.token, request.leaseTtl, request.fingerprint)));
+        if (typeof answer === 'object' && 'followUp' in answer) answer = answer.answer(await run(answer.followUp));
       } catch (error) {
         if (round < MAX_CLAIM_STATEMENTS - 1 && dialect.claimMayRetry(error)) continue;
         throw error;
       }
-      const answer = dialect.claimAnswer(key, request, result);
       if (answer === 'again') continue;
       if (answer !== 'read') return answer;
       const existing = await run(dialect.read(key));

@@ -180,6 +180,21 @@ export function describeStoreContract(
       assert.equal(read?.status === 'completed' && read.result, 'fresh');
     });
 
+    it('lets exactly one of 50 concurrent claims take an expired record over', async () => {
+      const k = key();
+      const first = token();
+      await store.claim(k, { token: first, leaseTtl: 10_000 });
+      assert.equal(await store.complete(k, first, { result: 'old', ttl: shortTtl }), true);
+      await sleep(shortTtl + 200);
+      const results = await Promise.all(Array.from({ length: 50 }, () => store.claim(k, { token: token(), leaseTtl: 10_000 })));
+      assert.equal(results.filter((r) => r.claimed).length, 1);
+      const winner = results.find((r) => r.claimed)!.record;
+      for (const r of results.filter((r) => !r.claimed)) {
+        assert.equal(r.record.status, 'in_progress', 'the expired result must not be answered');
+        assert.equal(r.record.status === 'in_progress' && r.record.leaseToken, winner.status === 'in_progress' && winner.leaseToken);
+      }
+    });
+
     it('does not complete or renew a lease that expired, even when nobody took it over', async () => {
       const k = key();
       const t = token();

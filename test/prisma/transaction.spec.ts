@@ -9,6 +9,8 @@ import {
   PrismaIdempotencyStore,
   runIdempotentTransaction,
 } from '../../lib/prisma/index.js';
+import { storageKeyOf } from '../../lib/core/hash.js';
+import { waitUntil } from '../typeorm/support.js';
 import { DATABASES, uniqueName, type TestDatabase, type TestPrismaClient } from './support.js';
 
 // runIdempotentTransaction and @Idempotent({ transactional: true }) on a PrismaIdempotencyStore,
@@ -86,6 +88,18 @@ describe.each(DATABASES)('Prisma idempotent transactions on %s', (_name, create)
     const work = jest.fn(async () => 'again');
     expect(await executeIdempotentTransaction(prisma, { key, fingerprint: { amount: 1 } }, work)).toEqual({ value: 'one', replayed: true });
     expect(work).not.toHaveBeenCalled();
+  });
+
+  it('runs the work again once its stored result expired: the transaction takes the dead row over', async () => {
+    const key = uniqueName('expiring');
+    let runs = 0;
+    const work = async () => ++runs;
+    expect(await runIdempotentTransaction(prisma, { key, ttl: 1 }, work)).toBe(1);
+    await waitUntil(async () => (await store.get(storageKeyOf('transaction', key))) === undefined, { what: 'the 1 ms retention' });
+    // Still in the table (nothing purged it): taken over, then replayed.
+    expect(await records()).toBeGreaterThan(0);
+    expect(await runIdempotentTransaction(prisma, { key, ttl: 60_000 }, work)).toBe(2);
+    expect(await runIdempotentTransaction(prisma, { key, ttl: 60_000 }, work)).toBe(2);
   });
 
   it('a nested call on the same client joins the outer transaction (a savepoint): both roll back together', async () => {

@@ -78,7 +78,8 @@ describe.each(targets)('SQL dialect: %s', (_name, create) => {
 
   /** One claim as the store reads it: the dialect's answer, and the read it may ask for. */
   async function claim(k: string, token: string, leaseTtl: number, fingerprint?: string): Promise<ClaimResult | 'again'> {
-    const answer = dialect.claimAnswer(k, { token, leaseTtl, fingerprint }, await run(dialect.claim(k, token, leaseTtl, fingerprint)));
+    let answer = dialect.claimAnswer(k, { token, leaseTtl, fingerprint }, await run(dialect.claim(k, token, leaseTtl, fingerprint)));
+    if (typeof answer === 'object' && 'followUp' in answer) answer = answer.answer(await run(answer.followUp));
     if (answer !== 'read') return answer;
     const { rows } = await run(dialect.read(k));
     return rows.length > 0 ? { claimed: false, record: toRecord(k, rows[0]) } : 'again';

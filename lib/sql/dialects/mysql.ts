@@ -1,12 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { IdempotencyInFlightError } from '../../core/errors.js';
+import type { ClaimResult } from '../../core/record.js';
 import type { ClaimRequest } from '../../core/store.js';
-import type { AcquireStep, Acquisition, ClaimAnswer, RecordStatements, SqlDialect } from '../dialect.js';
+import type { AcquireStep, Acquisition, ClaimAnswer, SqlDialect } from '../dialect.js';
 import { transientLockErrorOf } from '../failures.js';
 import { plain, type SqlResult } from '../statement.js';
 import { checkResultCapacity, forgetResultCapacity, mysqlResultCapacityOf, storableMysqlResult } from './mysql-result-capacity.js';
 import { claimReturningOf } from './mysql-server.js';
-import { latestExpiryOf, mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements } from './mysql-statements.js';
+import { latestExpiryOf, mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements, type MysqlStatements } from './mysql-statements.js';
 import { liveRowAcquisition, toRecord } from './record-row.js';
 import type { TableName } from './records-table.js';
 
@@ -14,9 +15,9 @@ import type { TableName } from './records-table.js';
  * MySQL 8 and MariaDB 10.11+ (TypeORM's `mysql` and `mariadb` drivers). One INSERT ... ON
  * DUPLICATE KEY UPDATE claims (inserts, or takes a dead row over) or leaves the live row
  * alone, outside a transaction and inside one; see `mysqlStatements`. Two variants, picked
- * by `forServer` once per DataSource: on MariaDB the claim returns the row either way; on
- * MySQL 8 a claim shows in the insert id (the server clock it used), and a duplicate is
- * then read with a second statement. InnoDB's deadlocks and lock wait timeouts roll back a
+ * by `forServer` once per DataSource: on MariaDB the claim returns the row either way (a
+ * dead one is then taken over by a second statement); on MySQL 8 a claim shows in the
+ * insert id (the server clock it used), and a duplicate is then read with a second statement. InnoDB's deadlocks and lock wait timeouts roll back a
  * whole transaction: a claim statement or an idempotent transaction that met one runs again.
  */
 export function mysqlDialect(name: TableName): SqlDialect {
@@ -37,7 +38,7 @@ export function mysqlDialect(name: TableName): SqlDialect {
         forgetResultCapacity(db, table);
         checkResultCapacity(table, await mysqlResultCapacityOf(db, table), maxResultBytes);
       },
-      claimAnswer: returning ? returningClaimAnswer : insertIdClaimAnswer,
+      claimAnswer: returning ? (key, request, result) => returningClaimAnswer(statements, key, request, result) : insertIdClaimAnswer,
       // An autocommit statement that InnoDB rolled back: nothing happened, run it again.
       claimMayRetry: (error) => transientLockErrorOf(error) !== undefined,
       storableResult: (db, key, result, report, connection) => storableMysqlResult(db, table, key, result, report, connection),
@@ -71,17 +72,36 @@ export function mysqlDialect(name: TableName): SqlDialect {
   return variant(false);
 }
 
-/** MariaDB: the claim returns the row it leaves, claimed when it holds this claim's token. */
-function returningClaimAnswer(key: string, request: ClaimRequest, result: SqlResult): ClaimAnswer {
+/**
+ * MariaDB: the claim returns the row it leaves, claimed when it holds this claim's token;
+ * a dead row is taken over by a second statement, which may find another claimer was first.
+ */
+function returningClaimAnswer(sql: MysqlStatements, key: string, request: ClaimRequest, result: SqlResult): ClaimAnswer {
   const row = result.rows[0];
   if (!row) return 'again';
+  if (isDead(row)) {
+    return {
+      followUp: sql.takeOver(key, request.token, request.leaseTtl, request.fingerprint),
+      // Not taken over (another claimer was first), or taken over through a driver that
+      // reports no insert id (Prisma): the next claim statement finds the live row, ours or not.
+      answer: (takeOver) => {
+        const answer = insertIdClaimAnswer(key, request, takeOver);
+        return answer === 'read' ? 'again' : answer;
+      },
+    };
+  }
   const record = toRecord(key, row);
   if (record.status === 'in_progress' && record.leaseToken === request.token) return { claimed: true, record };
   return { claimed: false, record };
 }
 
+/** MariaDB's claim answers a row with `dead`, its state by the server clock of the statement. */
+function isDead(row: Record<string, unknown>): boolean {
+  return row.dead === true || Number(row.dead) === 1;
+}
+
 /** MySQL 8: a claim shows in the insert id (the server clock it used); otherwise read the live row. */
-function insertIdClaimAnswer(key: string, request: ClaimRequest, result: SqlResult): ClaimAnswer {
+function insertIdClaimAnswer(key: string, request: ClaimRequest, result: SqlResult): ClaimResult | 'read' {
   const now = result.insertId ?? 0;
   if (now <= 0) return 'read';
   const record = {
@@ -107,7 +127,7 @@ function insertIdClaimAnswer(key: string, request: ClaimRequest, result: SqlResu
  * insert into it; InnoDB breaks that with a deadlock error for one of them, which the
  * transaction's retry (`retriedTransaction`) runs again (it then finds the other's row).
  */
-async function acquireByClaim(sql: RecordStatements, returning: boolean, step: AcquireStep): Promise<Acquisition> {
+async function acquireByClaim(sql: MysqlStatements, returning: boolean, step: AcquireStep): Promise<Acquisition> {
   const { connection, request, waitTimeout } = step;
   const token = randomUUID();
   const statement = sql.claim(request.key, token, request.ttl, request.fingerprint);
@@ -133,6 +153,13 @@ async function acquireByClaim(sql: RecordStatements, returning: boolean, step: A
   let row: Record<string, unknown> | undefined;
   if (returning) {
     row = claimed.rows[0];
+    // Dead: taken over here. The claim holds the row's lock until the transaction ends, so
+    // the take-over finds it as the claim did; one that matches nothing starts over anyway.
+    // Rows matched, not the insert id, which Prisma does not report.
+    if (row && isDead(row)) {
+      const takenOver = await connection.run(sql.takeOver(request.key, token, request.ttl, request.fingerprint));
+      return takenOver.affected > 0 ? { kind: 'owned' } : { kind: 'restart' };
+    }
   } else {
     if ((claimed.insertId ?? 0) > 0) return { kind: 'owned' };
     row = (await connection.run(sql.readAny(request.key))).rows[0];
