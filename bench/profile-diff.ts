@@ -40,6 +40,14 @@ interface DiffOptions {
   out?: string;
 }
 
+const NUMERIC_OPTIONS: Record<string, 'duration' | 'rounds' | 'connections' | 'interval' | 'top'> = {
+  '--duration': 'duration',
+  '--rounds': 'rounds',
+  '--connections': 'connections',
+  '--interval': 'interval',
+  '--top': 'top',
+};
+
 function parseArgs(argv: string[]): DiffOptions {
   const options: DiffOptions = {
     platform: 'express',
@@ -53,6 +61,11 @@ function parseArgs(argv: string[]): DiffOptions {
   };
   for (let i = 0; i < argv.length; i++) {
     const value = () => argv[++i] ?? '';
+    const numeric = NUMERIC_OPTIONS[argv[i]];
+    if (numeric) {
+      options[numeric] = Number(value());
+      continue;
+    }
     switch (argv[i]) {
       case '--platform':
         options.platform = value() as Platform;
@@ -62,21 +75,6 @@ function parseArgs(argv: string[]): DiffOptions {
         break;
       case '--case':
         options.case = value() as DiffOptions['case'];
-        break;
-      case '--duration':
-        options.duration = Number(value());
-        break;
-      case '--rounds':
-        options.rounds = Number(value());
-        break;
-      case '--connections':
-        options.connections = Number(value());
-        break;
-      case '--interval':
-        options.interval = Number(value());
-        break;
-      case '--top':
-        options.top = Number(value());
         break;
       case '--out':
         options.out = value();
@@ -162,34 +160,33 @@ function report(options: DiffOptions, times: Record<Side, SelfTimes>): string {
     '| group | library µs/req | floor µs/req | library − floor |',
     '|---|--:|--:|--:|',
   ];
-  const groups = new Set([...times.library.byGroup.keys(), ...times.floor.byGroup.keys()]);
-  const groupRows = [...groups].map(
-    (g) => [g, per('library', times.library.byGroup.get(g)), per('floor', times.floor.byGroup.get(g))] as const,
-  );
-  let sumLibrary = 0;
-  let sumFloor = 0;
-  for (const [group, library, floor] of groupRows.sort((a, b) => b[1] - b[2] - (a[1] - a[2]))) {
-    if (group !== '(idle)') {
-      sumLibrary += library;
-      sumFloor += floor;
-    }
-    lines.push(`| ${group} | ${library.toFixed(2)} | ${floor.toFixed(2)} | ${(library - floor).toFixed(2)} |`);
-  }
+  /** Per name, µs per request on each side, largest difference first (`byAbsolute`: by its size). */
+  const rowsOf = (which: 'byGroup' | 'byFunction', byAbsolute: boolean) => {
+    const names = new Set([...times.library[which].keys(), ...times.floor[which].keys()]);
+    const rows = [...names].map((n) => ({
+      name: n,
+      library: per('library', times.library[which].get(n)),
+      floor: per('floor', times.floor[which].get(n)),
+    }));
+    const key = (r: { library: number; floor: number }) => (byAbsolute ? Math.abs(r.library - r.floor) : r.library - r.floor);
+    return rows.sort((x, y) => key(y) - key(x));
+  };
+  const line = (name: string, library: number, floor: number) =>
+    `| ${name} | ${library.toFixed(2)} | ${floor.toFixed(2)} | ${(library - floor).toFixed(2)} |`;
+  const groups = rowsOf('byGroup', false);
+  for (const row of groups) lines.push(line(row.name, row.library, row.floor));
+  const busy = groups.filter((row) => row.name !== '(idle)');
+  const sum = (side: Side) => busy.reduce((total, row) => total + row[side], 0);
   lines.push(
-    `| **all but (idle)** | **${sumLibrary.toFixed(2)}** | **${sumFloor.toFixed(2)}** | **${(sumLibrary - sumFloor).toFixed(2)}** |`,
+    line('**all but (idle)**', sum('library'), sum('floor')),
     '',
     `The ${options.top} functions whose self time per request differs most (positive: the library spends more):`,
     '',
     '| function | library µs/req | floor µs/req | library − floor |',
     '|---|--:|--:|--:|',
   );
-  const names = new Set([...times.library.byFunction.keys(), ...times.floor.byFunction.keys()]);
-  const rows = [...names].map(
-    (n) => [n, per('library', times.library.byFunction.get(n)), per('floor', times.floor.byFunction.get(n))] as const,
-  );
-  rows.sort((a, b) => Math.abs(b[1] - b[2]) - Math.abs(a[1] - a[2]));
-  for (const [name, library, floor] of rows.slice(0, options.top)) {
-    lines.push(`| \`${name.replace(/\|/g, '\\|')}\` | ${library.toFixed(2)} | ${floor.toFixed(2)} | ${(library - floor).toFixed(2)} |`);
+  for (const row of rowsOf('byFunction', true).slice(0, options.top)) {
+    lines.push(line(`\`${row.name.replace(/\|/g, '\\|')}\``, row.library, row.floor));
   }
   return lines.join('\n') + '\n';
 }
