@@ -4,6 +4,7 @@
  *
  *   npm run bench:profile-diff -- --platform express --store mariadb --case replay
  *   npm run bench:profile-diff -- --platform fastify --store typeorm --case first --rounds 4 --out /tmp/diff.md
+ *   npm run bench:profile-diff -- --store redisNear --against redis --case first   # two stores instead
  *
  * bench/profile-summary.ts reads one profile of the whole bench app, where the library's
  * route, the floor's and the bare one share the process: only lib/ and bench/floors.ts
@@ -38,6 +39,8 @@ interface DiffOptions {
   interval: number;
   top: number;
   out?: string;
+  /** Compare with this store's route instead of the floor (`--against redis` beside `--store redisNear`). */
+  against?: StoreName;
 }
 
 const NUMERIC_OPTIONS: Record<string, 'duration' | 'rounds' | 'connections' | 'interval' | 'top'> = {
@@ -76,18 +79,23 @@ function parseArgs(argv: string[]): DiffOptions {
       case '--case':
         options.case = value() as DiffOptions['case'];
         break;
+      case '--against':
+        options.against = value() as StoreName;
+        break;
       case '--out':
         options.out = value();
         break;
       default:
         throw new Error(
           `Unknown option ${argv[i]}. Usage: npm run bench:profile-diff -- [--platform express|fastify] [--store ${ALL_STORES.join('|')}] ` +
-            '[--case first|replay] [--duration s] [--rounds n] [--connections n] [--interval µs] [--top n] [--out file.md]',
+            '[--case first|replay] [--against store] [--duration s] [--rounds n] [--connections n] [--interval µs] [--top n] [--out file.md]',
         );
     }
   }
   if (options.platform !== 'express' && options.platform !== 'fastify') throw new Error(`--platform: unknown platform ${options.platform}`);
   if (!ALL_STORES.includes(options.store) || !FLOOR_OF[options.store]) throw new Error(`--store: no floor for ${options.store}`);
+  if (options.against !== undefined && !ALL_STORES.includes(options.against))
+    throw new Error(`--against: unknown store ${options.against}`);
   if (options.case !== 'first' && options.case !== 'replay') throw new Error(`--case: first or replay, not ${options.case}`);
   return options;
 }
@@ -120,8 +128,18 @@ class SelfTimes {
   }
 }
 
+/** The route each side serves: the store's, and its floor's or the `--against` store's. */
+function pathOf(side: Side, options: DiffOptions): string {
+  return `/${side === 'library' ? options.store : (options.against ?? FLOOR_OF[options.store])}/first`;
+}
+
+/** How the report names each side. */
+function labelOf(side: Side, options: DiffOptions): string {
+  return side === 'library' ? options.store : (options.against ?? 'floor');
+}
+
 async function measureSide(app: AppProcess, side: Side, options: DiffOptions, file: string, times: SelfTimes, key: string) {
-  const path = `/${side === 'library' ? options.store : FLOOR_OF[options.store]}/first`;
+  const path = pathOf(side, options);
   if (options.case === 'replay') {
     await fetch(`http://127.0.0.1:${app.port}${path}`, {
       method: 'POST',
@@ -147,17 +165,18 @@ async function measureSide(app: AppProcess, side: Side, options: DiffOptions, fi
 
 function report(options: DiffOptions, times: Record<Side, SelfTimes>): string {
   const per = (side: Side, micros: number | undefined) => (micros ?? 0) / times[side].requests;
+  const [a, b] = [labelOf('library', options), labelOf('floor', options)];
   const lines = [
-    `# ${options.platform}, ${options.store}, ${options.case}: the library ÷ its floor, function by function`,
+    `# ${options.platform}, ${options.case}: ${a} beside ${b}, function by function`,
     '',
     `${new Date().toISOString()} · ${options.rounds} rounds of ${options.duration} s per side, alternating, ${options.connections} connections · ` +
       `sampling every ${options.interval} µs · one app process per side (bench/app.ts) serving only its route while profiled`,
     '',
-    `Requests: library ${times.library.requests}, floor ${times.floor.requests}. App CPU per request (process.cpuUsage, profiler running): ` +
-      `library ${round(per('library', times.library.cpuMicros), 1)} µs, floor ${round(per('floor', times.floor.cpuMicros), 1)} µs, ` +
+    `Requests: ${a} ${times.library.requests}, ${b} ${times.floor.requests}. App CPU per request (process.cpuUsage, profiler running): ` +
+      `${a} ${round(per('library', times.library.cpuMicros), 1)} µs, ${b} ${round(per('floor', times.floor.cpuMicros), 1)} µs, ` +
       `difference **${round(per('library', times.library.cpuMicros) - per('floor', times.floor.cpuMicros), 1)} µs**.`,
     '',
-    '| group | library µs/req | floor µs/req | library − floor |',
+    `| group | ${a} µs/req | ${b} µs/req | ${a} − ${b} |`,
     '|---|--:|--:|--:|',
   ];
   /** Per name, µs per request on each side, largest difference first (`byAbsolute`: by its size). */
@@ -180,9 +199,9 @@ function report(options: DiffOptions, times: Record<Side, SelfTimes>): string {
   lines.push(
     line('**all but (idle)**', sum('library'), sum('floor')),
     '',
-    `The ${options.top} functions whose self time per request differs most (positive: the library spends more):`,
+    `The ${options.top} functions whose self time per request differs most (positive: ${a} spends more):`,
     '',
-    '| function | library µs/req | floor µs/req | library − floor |',
+    `| function | ${a} µs/req | ${b} µs/req | ${a} − ${b} |`,
     '|---|--:|--:|--:|',
   );
   for (const row of rowsOf('byFunction', true).slice(0, options.top)) {
@@ -202,12 +221,14 @@ async function main(): Promise<void> {
     for (const side of SIDES) {
       apps[side] = await AppProcess.start({
         platform: options.platform,
-        stores: [options.store],
+        stores: options.against ? [options.store, options.against] : [options.store],
         slowMs: 1_000,
         runId: `${runId}${side[0]}`,
         autoPipelining: false,
       });
-      if (!apps[side].stores.includes(options.store)) throw new Error(`the ${options.store} store did not open (is its server up?)`);
+      for (const store of [options.store, options.against ?? options.store]) {
+        if (!apps[side].stores.includes(store)) throw new Error(`the ${store} store did not open (is its server up?)`);
+      }
     }
     // Warm-up: both routes in both processes, both cases, so that compilation and pool
     // connections are not profiled and both processes are in the state the bench's one
@@ -216,7 +237,7 @@ async function main(): Promise<void> {
     // (Fastify's bare route: about +13 µs per request): warmed on one side only, the floor
     // would be measured without them.
     for (const side of SIDES) {
-      for (const path of [`/${options.store}/first`, `/${FLOOR_OF[options.store]}/first`]) {
+      for (const path of [pathOf('library', options), pathOf('floor', options)]) {
         await cannon(apps[side].port, { path, key: 'unique', duration: 1 }, options.connections);
         await cannon(apps[side].port, { path, key: `warm-${runId}`, duration: 1 }, options.connections);
       }
