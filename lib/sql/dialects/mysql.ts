@@ -17,8 +17,9 @@ import type { TableName } from './records-table.js';
  * alone, outside a transaction and inside one; see `mysqlStatements`. Two variants, picked
  * by `forServer` once per DataSource: on MariaDB the claim returns the row either way (a
  * dead one is then taken over by a second statement); on MySQL 8 a claim shows in the
- * insert id (the server clock it used), and a duplicate is then read with a second statement. InnoDB's deadlocks and lock wait timeouts roll back a
- * whole transaction: a claim statement or an idempotent transaction that met one runs again.
+ * insert id (the server clock it used), and a duplicate is then read with a second
+ * statement. InnoDB's deadlocks and lock wait timeouts roll back a whole transaction: a
+ * claim statement or an idempotent transaction that met one runs again.
  */
 export function mysqlDialect(name: TableName): SqlDialect {
   const table: TableName = { schema: name.schema, table: name.table, quoted: mysqlQuoted(name) };
