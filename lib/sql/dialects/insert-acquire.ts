@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { liveRowAcquisition } from './record-row.js';
+import { isFlagSet, liveRowAcquisition } from './record-row.js';
 import { MAX_ACQUIRE_ROUNDS, type AcquireStep, type Acquisition, type RecordStatements } from '../dialect.js';
 import type { Statement } from '../statement.js';
 
@@ -32,8 +32,7 @@ export async function acquireByInsert(sql: InsertAcquireStatements, guard: Guard
     const { rows } = await connection.run(sql.readAny(request.key));
     if (rows.length === 0) continue; // deleted in between: insert again
     const row = rows[0];
-    const dead = row.dead === true || Number(row.dead) === 1;
-    if (dead) {
+    if (isFlagSet(row.dead)) {
       // A dead lease or an expired result: take it over. The row lock makes concurrent
       // takers wait for this transaction and then find the row alive.
       const taken = await guard(step, () => connection.run(sql.takeOver(request.key, token, request.ttl, request.fingerprint)));

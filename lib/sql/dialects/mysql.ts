@@ -8,7 +8,7 @@ import { plain, type SqlResult } from '../statement.js';
 import { checkResultCapacity, forgetResultCapacity, mysqlResultCapacityOf, storableMysqlResult } from './mysql-result-capacity.js';
 import { claimReturningOf } from './mysql-server.js';
 import { latestExpiryOf, mysqlQuoted, mysqlRecordsTableDdl, mysqlStatements, type MysqlStatements } from './mysql-statements.js';
-import { liveRowAcquisition, toRecord } from './record-row.js';
+import { isFlagSet, liveRowAcquisition, toRecord } from './record-row.js';
 import type { TableName } from './records-table.js';
 
 /**
@@ -80,7 +80,7 @@ export function mysqlDialect(name: TableName): SqlDialect {
 function returningClaimAnswer(sql: MysqlStatements, key: string, request: ClaimRequest, result: SqlResult): ClaimAnswer {
   const row = result.rows[0];
   if (!row) return 'again';
-  if (isDead(row)) {
+  if (isFlagSet(row.dead)) {
     return {
       followUp: sql.takeOver(key, request.token, request.leaseTtl, request.fingerprint),
       // Not taken over (another claimer was first), or taken over through a driver that
@@ -94,11 +94,6 @@ function returningClaimAnswer(sql: MysqlStatements, key: string, request: ClaimR
   const record = toRecord(key, row);
   if (record.status === 'in_progress' && record.leaseToken === request.token) return { claimed: true, record };
   return { claimed: false, record };
-}
-
-/** MariaDB's claim answers a row with `dead`, its state by the server clock of the statement. */
-function isDead(row: Record<string, unknown>): boolean {
-  return row.dead === true || Number(row.dead) === 1;
 }
 
 /** MySQL 8: a claim shows in the insert id (the server clock it used); otherwise read the live row. */
@@ -157,7 +152,7 @@ async function acquireByClaim(sql: MysqlStatements, returning: boolean, step: Ac
     // Dead: taken over here. The claim holds the row's lock until the transaction ends, so
     // the take-over finds it as the claim did; one that matches nothing starts over anyway.
     // Rows matched, not the insert id, which Prisma does not report.
-    if (row && isDead(row)) {
+    if (row && isFlagSet(row.dead)) {
       const takenOver = await connection.run(sql.takeOver(request.key, token, request.ttl, request.fingerprint));
       return takenOver.affected > 0 ? { kind: 'owned' } : { kind: 'restart' };
     }

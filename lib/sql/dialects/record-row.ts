@@ -31,6 +31,14 @@ export function toRecord(key: string, row: Record<string, unknown>): Idempotency
 }
 
 /**
+ * A boolean the statement computed (`claimed`, `dead`): PostgreSQL answers `true`, MySQL,
+ * MariaDB and SQLite answer `1`.
+ */
+export function isFlagSet(value: unknown): boolean {
+  return value === true || Number(value) === 1;
+}
+
+/**
  * The answer of a claim whose statement returns the row with a `claimed` flag (PostgreSQL,
  * SQLite). No row: `none` (PostgreSQL: look again; SQLite: read the live row).
  */
@@ -38,8 +46,7 @@ export function flaggedClaimAnswer(key: string, result: SqlResult, none: 'read' 
   const { rows } = result;
   if (rows.length === 0) return none;
   const row = rows[0];
-  const claimed = row.claimed === true || Number(row.claimed) === 1;
-  return claimed
+  return isFlagSet(row.claimed)
     ? { claimed: true, record: toRecord(key, row) as Extract<IdempotencyRecord, { status: 'in_progress' }> }
     : { claimed: false, record: toRecord(key, row) };
 }
