@@ -1,15 +1,23 @@
 /**
- * What an enabled AsyncLocalStorage costs every promise of the process: a million awaited
- * promises timed before and after one `run()` (the first execution of an `@Idempotent()`
- * handler enters the durable steps' context, `core/step-context.ts`), medians of 3.
+ * What the durable steps' context (an AsyncLocalStorage, `core/step-context.ts`) costs
+ * every promise of the process: a million awaited promises timed before any execution,
+ * while one `makeIdempotent` execution is open (awaiting a gate), after it settled, and
+ * after the application entered an AsyncLocalStorage of its own. Medians of 3.
  *
  *   node -r ./test/support/ts-require.js bench/als-tax.ts
+ *   BENCH_LIB=/tmp/before/lib node -r ./test/support/ts-require.js bench/als-tax.ts
  *
- * Node 20 installs promise hooks once a store is entered (2026-12-04, this machine:
- * 61 → 149 ms, about 88 ns per awaited promise); Node 24's AsyncLocalStorage has none
- * (60 → 61 ms). A request that creates 100-150 promises pays about 10-15 µs on Node 20.
+ * Before Node 24, an entered storage installs promise hooks for the whole process (Node
+ * 20.20 on this machine: 61 -> 139-149 ms, about 80 ns per awaited promise, 10-15 µs
+ * per request of any route); Node 24's AsyncLocalStorage has none (60 -> 61 ms). Since
+ * the steps' context is disabled once no execution is open, the tax lasts only while one
+ * is (bench/README.md, seventh round).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { describeLib, loadLibModule } from './lib.js';
+import type * as Root from '../lib/index.js';
+
+const { MemoryIdempotencyStore, makeIdempotent } = loadLibModule<typeof Root>('index.ts');
 
 async function awaitMany(n: number): Promise<number> {
   const started = process.hrtime.bigint();
@@ -23,14 +31,35 @@ async function medianOf3(): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  await awaitMany(1e6);
-  const before = await medianOf3();
-  new AsyncLocalStorage<number>().run(1, () => undefined);
-  const after = await medianOf3();
-  console.log(
-    `Node ${process.version}: 1e6 awaited promises ${before.toFixed(0)} ms before an AsyncLocalStorage was entered, ` +
-      `${after.toFixed(0)} ms after (${(((after - before) / 1e6) * 1e6).toFixed(0)} ns more each)`,
+  const store = new MemoryIdempotencyStore();
+  let openGate!: () => void;
+  const gate = new Promise<void>((resolve) => (openGate = resolve));
+  let measuredInside!: (ms: number) => void;
+  const inside = new Promise<number>((resolve) => (measuredInside = resolve));
+  const held = makeIdempotent(
+    async () => {
+      // The hook is process-wide: any code pays the same while the handler awaits its gate.
+      setImmediate(() => void medianOf3().then(measuredInside));
+      await gate;
+      return 'done';
+    },
+    { store, key: () => 'held', scope: 'held' },
   );
+
+  await awaitMany(1e6);
+  const rows: Array<[string, number]> = [['before any execution', await medianOf3()]];
+  const answer = held();
+  rows.push(['while one execution is open', await inside]);
+  openGate();
+  await answer;
+  rows.push(['after it settled', await medianOf3()]);
+  new AsyncLocalStorage<number>().run(1, () => undefined);
+  rows.push(['after the app entered a storage of its own (it stays on)', await medianOf3()]);
+
+  console.log(`Node ${process.version}, ${describeLib()}: a million awaited promises, median of 3`);
+  const base = rows[0][1];
+  for (const [label, ms] of rows)
+    console.log(`  ${label.padEnd(58)} ${ms.toFixed(0).padStart(5)} ms  (${(((ms - base) / 1e6) * 1e6).toFixed(0)} ns more each)`);
 }
 
 void main();

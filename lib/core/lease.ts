@@ -1,7 +1,7 @@
 import type { IdempotencyEventType } from './events.js';
 import { emitExecutionEvent as emit, type ExecutionPolicy } from './execution.js';
 import { serializeOutcome, type StoredOutcome } from './outcome.js';
-import { runWithSteps, type StepLedger } from './step-context.js';
+import { closeStepScope, openStepScope, runWithSteps, type StepLedger } from './step-context.js';
 import type { IdempotencyStore } from './store.js';
 import type { TimerQueue, TimerQueueItem } from './timer-queue.js';
 
@@ -33,6 +33,8 @@ export class Lease implements TimerQueueItem {
   private readonly renewals: TimerQueue<Lease>;
   private settled = false;
   private lost = false;
+  /** The handler runs in the steps' context: a scope of it is open until this lease settles. */
+  private inStepScope = false;
   /** Until when the lease is ours as far as this process knows (claim or last successful renew + leaseTtl), epoch ms. */
   private leaseValidUntil: number;
   /** @internal The steps of this execution (step.ts), once its handler called `step()`. */
@@ -82,6 +84,10 @@ export class Lease implements TimerQueueItem {
    * `fn` (and in what it awaits) record under this key, token and fingerprint.
    */
   run<T>(fn: () => T): T {
+    if (!this.inStepScope && !this.settled) {
+      this.inStepScope = true;
+      openStepScope();
+    }
     return runWithSteps(this, fn);
   }
 
@@ -155,6 +161,7 @@ export class Lease implements TimerQueueItem {
     if (this.settled) return false;
     this.settled = true;
     this.renewals.delete(this);
+    if (this.inStepScope) closeStepScope();
     return true;
   }
 

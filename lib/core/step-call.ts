@@ -1,5 +1,5 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
-import type { StepHost } from './step-context.js';
+import type { AsyncLocalStorage } from 'node:async_hooks';
+import { stepStorages, type StepHost } from './step-context.js';
 
 /**
  * The step whose `run` the caller is inside, for code that derives keys of its own from
@@ -15,9 +15,8 @@ export interface StepCall {
   calls: number;
 }
 
-/** @internal On a global symbol, so that the ESM and CommonJS copies of the package share it. */
-const stepCalls: AsyncLocalStorage<StepCall> = ((globalThis as Record<symbol, unknown>)[Symbol.for('nestjs-idempotency:step-call')] ??=
-  new AsyncLocalStorage<StepCall>()) as AsyncLocalStorage<StepCall>;
+// Shared with the execution slots: both are disabled together once no execution is open.
+const stepCalls = stepStorages.calls as AsyncLocalStorage<StepCall>;
 
 /** Runs `run` as the body of the step `name` of `host`. */
 export function runInStep<T>(host: StepHost, name: string, key: string, run: () => T): T {

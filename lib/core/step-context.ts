@@ -52,15 +52,59 @@ export class StepSlot {
 }
 
 /**
- * @internal Registered on a global symbol, so that the ESM and CommonJS copies of this
- * package (both may load in one process) see the same executions.
+ * @internal The steps' storages (this file's execution slots and step-call.ts's step
+ * bodies) and the number of scopes whose code may read them, on a global symbol so that
+ * the ESM and CommonJS copies of this package (both may load in one process) see the same
+ * executions and count them together. A symbol of its own, not the ones each storage once
+ * had alone: a copy of an older version keeps its storages, never disabled by this one.
  */
-export const stepContext: AsyncLocalStorage<StepSlot> = ((globalThis as Record<symbol, unknown>)[Symbol.for('nestjs-idempotency:steps')] ??=
-  new AsyncLocalStorage<StepSlot>()) as AsyncLocalStorage<StepSlot>;
+interface StepStorages {
+  readonly slots: AsyncLocalStorage<StepSlot>;
+  readonly calls: AsyncLocalStorage<unknown>;
+  /** Executions not settled yet and unprotected runs not ended: what may read the storages. */
+  openScopes: number;
+}
+
+/** @internal */
+export const stepStorages: StepStorages = ((globalThis as Record<symbol, unknown>)[Symbol.for('nestjs-idempotency:step-storages')] ??= {
+  slots: new AsyncLocalStorage<StepSlot>(),
+  calls: new AsyncLocalStorage<unknown>(),
+  openScopes: 0,
+} satisfies StepStorages) as StepStorages;
+
+/**
+ * Before Node 24, AsyncLocalStorage runs on async_hooks: once a storage is entered, a
+ * promise hook stays on for the whole process and every promise of every route pays for
+ * it (bench/als-tax.ts: a million awaits 61-66 -> 139-149 ms on Node 20.20, 10-15 us per
+ * request of an undecorated route). Node 24's storages (AsyncContextFrame) have no hook.
+ * `_enable` is the hook-based class's own method: where it is missing, nothing is disabled.
+ */
+const storageRunsOnHooks = typeof (AsyncLocalStorage.prototype as { _enable?: unknown })._enable === 'function';
+
+/**
+ * A scope opens: an execution about to run (its lease calls `closeStepScope()` once, when
+ * it settles) or an unprotected run. The storages stay on while any scope is open.
+ */
+export function openStepScope(): void {
+  stepStorages.openScopes++;
+}
+
+/**
+ * A scope closed. With none open, no code may read the storages any more (a settled
+ * execution's slot is skipped anyway): they are disabled, so the process's promise hook
+ * goes off unless another storage (nestjs-cls, OpenTelemetry...) holds it on, and the next
+ * execution's `run()` turns them on again. So a process whose idempotent handlers are
+ * idle no longer pays for them on its other routes.
+ */
+export function closeStepScope(): void {
+  if (stepStorages.openScopes === 0 || --stepStorages.openScopes > 0 || !storageRunsOnHooks) return;
+  stepStorages.slots.disable();
+  stepStorages.calls.disable();
+}
 
 /** The nearest slot of the caller's context that has a running execution (or runs unprotected). */
 export function currentSlot(): StepSlot | undefined {
-  for (let slot = stepContext.getStore(); slot; slot = slot.parent) {
+  for (let slot = stepStorages.slots.getStore(); slot; slot = slot.parent) {
     if (slot.host ? !slot.host.isSettled : slot.unprotected) return slot;
   }
   return undefined;
@@ -68,15 +112,38 @@ export function currentSlot(): StepSlot | undefined {
 
 /**
  * Runs `fn` with `host` as the execution `step()` records under; its parent is the nearest
- * live slot of the caller's context (settled ones are not kept alive).
+ * live slot of the caller's context (settled ones are not kept alive). The caller holds a
+ * scope open (`openStepScope()`) until `host` settles.
  */
 export function runWithSteps<T>(host: StepHost, fn: () => T): T {
-  return stepContext.run(new StepSlot(currentSlot(), host), fn);
+  return stepStorages.slots.run(new StepSlot(currentSlot(), host), fn);
 }
 
-/** Runs `fn` through a store outage (fail-open): its step() calls are refused, never run unrecorded. */
+/**
+ * Runs `fn` through a store outage (fail-open): its step() calls are refused, never run
+ * unrecorded. The slot ends with `fn` (its promise, when it returns one): code it left
+ * running finds no execution, as it would once the storages are off.
+ */
 export function runWithoutProtection<T>(fn: () => T): T {
   const slot = new StepSlot(undefined);
   slot.unprotected = true;
-  return stepContext.run(slot, fn);
+  openStepScope();
+  const end = (): void => {
+    slot.unprotected = false;
+    closeStepScope();
+  };
+  let result: T;
+  try {
+    result = stepStorages.slots.run(slot, fn);
+  } catch (error) {
+    end();
+    throw error;
+  }
+  if (isThenable(result)) result.then(end, end);
+  else end();
+  return result;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | undefined)?.then === 'function';
 }
