@@ -1,5 +1,8 @@
-import type { NestInterceptor } from '@nestjs/common';
+import { AsyncResource } from 'node:async_hooks';
+import type { CallHandler, ExecutionContext, NestInterceptor } from '@nestjs/common';
 import type { ApplicationConfig } from '@nestjs/core';
+import { defer, mergeAll, type Observable } from 'rxjs';
+import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 
 /** Nest's metadata key of `@UseInterceptors()` (`INTERCEPTORS_METADATA`), stable since Nest 4. */
@@ -26,23 +29,65 @@ const arranged = new WeakSet<ApplicationConfig>();
  * produced (see `AnswerFrame`). Nest builds each handler's interceptor chain from
  * `getGlobalInterceptors()` when it registers the handler, after every
  * `APP_INTERCEPTOR` and `useGlobalInterceptors()` is in: reading the list through this
- * arrangement then puts the interceptor first. The instance the application registered
- * itself (a subclass with hooks, say) is the one moved; `own` (the module's) stands in
- * when it registered none. An application with no interceptor around any `@Idempotent()`
- * handler gets its list unchanged: the wrapper alone answers, with no pipeline to pay.
+ * arrangement then puts the interceptor first.
+ *
+ * - The application registered the interceptor itself (a subclass with hooks, say): that
+ *   instance is moved first.
+ * - It has global interceptors of its own: the first of them is replaced by
+ *   `OutermostAround`, the module's interceptor around it for `@Idempotent()` handlers
+ *   only. A level added to the list would run on every route of the application, its
+ *   undecorated ones included, and a level of Nest's pipeline costs each request (on
+ *   NestJS 11 an `AsyncResource.bind()` per level, whose deprecated accessors cost 8-16
+ *   µs on Node 20: bench/README.md, seventh round).
+ * - Only class or route interceptors around an `@Idempotent()` handler: the module's
+ *   interceptor becomes the one global interceptor. Every route pays that level (Nest's
+ *   class metadata is shared by every application of the process, so the interceptor
+ *   cannot be placed on those classes for this application alone).
+ * - No interceptor around any `@Idempotent()` handler: the list is unchanged; the
+ *   wrapper alone answers, with no pipeline to pay.
  */
 export function placeOutermost(config: ApplicationConfig, own: IdempotencyInterceptor): void {
   if (arranged.has(config)) return;
   arranged.add(config);
   const read = config.getGlobalInterceptors.bind(config);
+  // One wrapper per application interceptor: Nest reads the list once per handler.
+  const around = new WeakMap<NestInterceptor, OutermostAround>();
   config.getGlobalInterceptors = (): NestInterceptor[] => {
     const list = read();
     const registered = list.find((interceptor) => interceptor instanceof IdempotencyInterceptor);
-    const first = registered ?? own;
-    if (list[0] === first) return list;
-    if (!registered && !hasInterceptorsAround(list, config)) return list;
-    return [first, ...list.filter((interceptor) => interceptor !== first)];
+    if (registered) return list[0] === registered ? list : [registered, ...list.filter((interceptor) => interceptor !== registered)];
+    if (list.length > 0) {
+      let first = around.get(list[0]);
+      if (!first) around.set(list[0], (first = new OutermostAround(own, list[0])));
+      return [first, ...list.slice(1)];
+    }
+    return hasInterceptorsAround(list, config) ? [own] : list;
   };
+}
+
+/**
+ * The application's first global interceptor with `IdempotencyInterceptor` around it, for
+ * `@Idempotent()` handlers: the order of `[idempotency, inner, ...]` without a level of
+ * its own. Other handlers run `inner` as they would without this library.
+ */
+class OutermostAround implements NestInterceptor {
+  constructor(
+    private readonly idempotency: IdempotencyInterceptor,
+    private readonly inner: NestInterceptor,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
+    if (!Reflect.getMetadata(IDEMPOTENT_METADATA, context.getHandler())) return this.inner.intercept(context, next);
+    // As Nest calls the next level: in the async context of the `handle()` call, a
+    // promise of the inner interceptor's observable, flattened.
+    const inner: CallHandler = {
+      handle: () => {
+        const scope = new AsyncResource('nestjs-idempotency:outermost');
+        return defer(() => scope.runInAsyncScope(async () => this.inner.intercept(context, next))).pipe(mergeAll());
+      },
+    };
+    return this.idempotency.intercept(context, inner);
+  }
 }
 
 function hasInterceptorsAround(globals: readonly NestInterceptor[], config: ApplicationConfig): boolean {
