@@ -20,6 +20,9 @@ const stepCalls = stepStorages.calls as AsyncLocalStorage<StepCall>;
 
 /** Runs `run` as the body of the step `name` of `host`. */
 export function runInStep<T>(host: StepHost, name: string, key: string, run: () => T): T {
+  // A settled host's step call is never read (currentStepCall), and entering the storage
+  // would turn it on again with no execution open to turn it off (step-context.ts).
+  if (host.isSettled) return run();
   return stepCalls.run({ host, name, key, calls: 0 }, run);
 }
 

@@ -129,6 +129,7 @@ export function runWithoutProtection<T>(fn: () => T): T {
   slot.unprotected = true;
   openStepScope();
   const end = (): void => {
+    if (!slot.unprotected) return;
     slot.unprotected = false;
     closeStepScope();
   };
@@ -139,9 +140,14 @@ export function runWithoutProtection<T>(fn: () => T): T {
     end();
     throw error;
   }
-  if (isThenable(result)) result.then(end, end);
-  else end();
-  return result;
+  if (!isThenable(result)) {
+    end();
+    return result;
+  }
+  // One `then` on what `fn` returned: a lazy thenable (a query builder) runs on each call.
+  const settled = Promise.resolve(result);
+  settled.then(end, end);
+  return settled as T;
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

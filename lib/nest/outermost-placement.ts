@@ -56,12 +56,15 @@ export function placeOutermost(config: ApplicationConfig, own: IdempotencyInterc
     const list = read();
     const registered = list.find((interceptor) => interceptor instanceof IdempotencyInterceptor);
     if (registered) return list[0] === registered ? list : [registered, ...list.filter((interceptor) => interceptor !== registered)];
-    if (list.length > 0) {
-      let first = around.get(list[0]);
-      if (!first) around.set(list[0], (first = new OutermostAround(own, list[0])));
-      return [first, ...list.slice(1)];
+    // Nest accepts `useGlobalInterceptors(undefined)` and drops such entries later: the
+    // first usable one is wrapped (only dropped entries precede it).
+    const index = list.findIndex((entry) => typeof (entry as Partial<NestInterceptor> | null | undefined)?.intercept === 'function');
+    if (index >= 0) {
+      let first = around.get(list[index]);
+      if (!first) around.set(list[index], (first = new OutermostAround(own, list[index])));
+      return [...list.slice(0, index), first, ...list.slice(index + 1)];
     }
-    return hasInterceptorsAround(list, config) ? [own] : list;
+    return hasInterceptorsAround(list, config) ? [own, ...list] : list;
   };
 }
 

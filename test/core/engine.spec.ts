@@ -264,6 +264,23 @@ describe('IdempotencyEngine: the protocol', () => {
       expect(types(events)).toEqual(['store_error', 'store_error']);
       expect(events[0]).toMatchObject({ failOpen: true, error: expect.any(Error) });
     });
+
+    it("'fail-open' calls then() once on what the function returns (a lazy query runs on each call)", async () => {
+      const { engine, policy } = setup(broken);
+      let runs = 0;
+      // As a query builder that runs when awaited (Knex, Drizzle's QueryPromise), typed as a Promise.
+      const lazyQuery: PromiseLike<string> = {
+        then(onFulfilled, onRejected) {
+          runs++;
+          return Promise.resolve(`inserted ${runs}`).then(onFulfilled, onRejected);
+        },
+      };
+      expect(await engine.execute({ key: newKey() }, policy({ onStoreError: 'fail-open' }), () => lazyQuery as Promise<string>)).toEqual({
+        value: 'inserted 1',
+        replayed: false,
+      });
+      expect(runs).toBe(1);
+    });
   });
 
   it('checks the policy it is given before touching the store', async () => {

@@ -113,3 +113,38 @@ describe.each<Registration>(['global', 'controller'])(
     }
   },
 );
+
+it('wraps the first usable global interceptor when the application registered an undefined one before it', async () => {
+  @Controller()
+  class OrdersController {
+    @Post('orders')
+    @Idempotent()
+    create(@Body() body: { sku: string }) {
+      return { id: 'ord_1', sku: body.sku };
+    }
+
+    @Post('health')
+    health() {
+      return { ok: true };
+    }
+  }
+  @Module({ imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })], controllers: [OrdersController] })
+  class AppModule {}
+
+  AuditInterceptor.handlers = [];
+  const app = await NestFactory.create(AppModule, { logger: false });
+  // Nest accepts it (an optional interceptor left out by configuration) and drops it.
+  app.useGlobalInterceptors(undefined as unknown as NestInterceptor, new AuditInterceptor());
+  await app.init();
+  try {
+    const send = () => request(app.getHttpServer()).post('/orders').set('Idempotency-Key', 'o-undefined').send({ sku: 'B2' });
+    const first = await send();
+    const replay = await send();
+    expect(first.body).toEqual({ id: 'ord_1', sku: 'B2', audited: 1 });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
+    expect((await request(app.getHttpServer()).post('/health').send({})).body).toEqual({ ok: true, audited: 3 });
+  } finally {
+    await app.close();
+  }
+});
