@@ -39,6 +39,32 @@ export class AnswerFrame {
   onCancel?: () => void;
   /** The caller unsubscribed (the answer will never be sent). */
   cancelled = false;
+  /** How the chain ended, when it ended before the handler's answer was pending (an inner `timeout()`). */
+  private endedEarly?: { readonly value: unknown } | { readonly error: unknown };
+
+  /**
+   * The handler ended under a lease: the interceptor settles `pending` with the chain's
+   * outcome. When the chain has ended already (an interceptor inside gave up on the
+   * handler, whose caller got that), it is settled with that outcome now: nothing else
+   * would, and the lease would be renewed for as long as the process lives.
+   */
+  settleWith(pending: PendingAnswer): void {
+    const ended = this.endedEarly;
+    if (!ended) {
+      this.pending = pending;
+      return;
+    }
+    // The lease and the transaction report their own store errors.
+    void ('error' in ended ? pending.error(ended.error) : pending.value(ended.value)).catch(() => undefined);
+  }
+
+  /** The chain ended with `outcome`: the pending answer to settle with it, if the handler has ended. */
+  takePending(outcome: { value: unknown } | { error: unknown }): PendingAnswer | undefined {
+    const pending = this.pending;
+    this.pending = undefined;
+    if (!pending) this.endedEarly = outcome;
+    return pending;
+  }
 
   /** The caller went away before the answer: its outcome is unknown, so the key stays leased. */
   cancel(): void {

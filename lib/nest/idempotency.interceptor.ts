@@ -135,8 +135,7 @@ async function answer(frame: AnswerFrame, outcome: { value: unknown } | { error:
     if ('error' in replay) throw replay.error;
     return replay.value;
   }
-  const pending = frame.pending;
-  frame.pending = undefined;
+  const pending = frame.takePending(outcome);
   if ('error' in outcome) {
     if (pending) await pending.error(outcome.error);
     throw outcome.error;

@@ -304,7 +304,7 @@ export class IdempotencyRuntime {
       const cached = Boolean(config.policy.cacheErrors?.(error));
       if (cached && frame) {
         // The error the caller gets is the one the chain ends in: stored from there.
-        frame.pending = pendingUnderLease(context, config, lease, true);
+        frame.settleWith(pendingUnderLease(context, config, lease, true));
         throw answer;
       }
       try {
@@ -319,7 +319,7 @@ export class IdempotencyRuntime {
     }
     if (frame) {
       frame.onCancel = undefined;
-      if (!abandoned) frame.pending = pendingUnderLease(context, config, lease, false);
+      if (!abandoned) frame.settleWith(pendingUnderLease(context, config, lease, false));
       return value;
     }
     await lease.complete(adapter.captureValue(context, value === NO_REPLY ? undefined : value, config));

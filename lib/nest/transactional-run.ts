@@ -8,7 +8,7 @@ import {
 } from '../core/errors.js';
 import { deserializeOutcome, serializeOutcome, type StoredOutcome } from '../core/outcome.js';
 import { isTransactionalStore } from '../core/store.js';
-import type { AnswerFrame } from './answer-frame.js';
+import type { AnswerFrame, PendingAnswer } from './answer-frame.js';
 import type { HandlerCall } from './handler-call.js';
 import { NO_REPLY, type ResolvedHandlerConfig } from './transport.adapter.js';
 
@@ -83,7 +83,7 @@ export async function runTransactional(
       const first = await Promise.race([handedOver.promise, transaction.then((done) => ({ done }))]);
       if ('value' in first) {
         transaction.catch(() => undefined); // awaited by the frame's settlement below
-        frame.pending = {
+        const pending: PendingAnswer = {
           value: async (answer) => {
             outer.resolve({ answer });
             try {
@@ -100,7 +100,8 @@ export async function runTransactional(
           },
           cancel: () => outer.resolve({ failure: new Error('the caller went away before the answer') }),
         };
-        if (frame.cancelled) frame.pending.cancel();
+        frame.settleWith(pending);
+        if (frame.cancelled) pending.cancel();
         return first.value;
       }
       outcome = first.done;
