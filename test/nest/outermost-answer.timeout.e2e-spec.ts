@@ -35,6 +35,17 @@ class GiveUpInterceptor implements NestInterceptor {
   }
 }
 
+/** Sends again while the key is in flight, up to a deadline: the first run's settlement is asynchronous. */
+async function retryWhileInFlight(send: () => request.Test): Promise<request.Response> {
+  const deadline = Date.now() + 5_000;
+  let retry = await send();
+  while (retry.body.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT' && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    retry = await send();
+  }
+  return retry;
+}
+
 describe('the chain ends before the handler (an inner timeout())', () => {
   let app: INestApplication;
   let release!: () => void;
@@ -77,12 +88,7 @@ describe('the chain ends before the handler (an inner timeout())', () => {
 
     release();
     await handlerEnded;
-    const deadline = Date.now() + 5_000;
-    let retry = await send();
-    while (retry.body.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT' && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      retry = await send();
-    }
+    const retry = await retryWhileInFlight(send);
     expect(retry.status).toBe(409);
     expect(retry.body.code).toBe('IDEMPOTENCY_RESPONSE_NOT_REPLAYABLE');
     expect(events.map((event) => event.type)).toContain('completed');
@@ -143,12 +149,7 @@ describe('the chain ends before a transactional handler (an inner timeout(); Typ
     expect((await send()).status).toBe(500);
     release();
     await firstEnded;
-    const deadline = Date.now() + 5_000;
-    let retry = await send();
-    while (retry.body.code === 'IDEMPOTENCY_REQUEST_IN_FLIGHT' && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      retry = await send();
-    }
+    const retry = await retryWhileInFlight(send);
     expect(retry.status).toBe(201);
     expect(runs).toBe(2);
     expect(await database.dataSource.getRepository(Posting).countBy({ reference: 'posting-1' })).toBe(1);
