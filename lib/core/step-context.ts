@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { ExecutionPolicy } from './execution.js';
+import { isThenable } from './thenable.js';
 
 /**
  * What `step()` needs of the execution it runs in: the lease that owns the key (its
@@ -148,8 +149,4 @@ export function runWithoutProtection<T>(fn: () => T): T {
   const settled = Promise.resolve(result);
   settled.then(end, end);
   return settled as T;
-}
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | undefined)?.then === 'function';
 }
