@@ -12,6 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createPool, type Pool } from 'mysql2';
+import { numberArg } from './args.js';
 import { describeLib, loadLibModule } from './lib.js';
 import { median, round } from './stats.js';
 import type * as Statements from '../lib/sql/dialects/mysql-statements.js';
@@ -37,10 +38,8 @@ async function measure(pool: Pool, sql: string, params: unknown[], claims: numbe
 }
 
 async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  const option = (name: string, fallback: number) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : fallback);
-  const claims = option('--claims', 20_000);
-  const rounds = option('--rounds', 5);
+  const claims = numberArg('claims', 20_000);
+  const rounds = numberArg('rounds', 5);
   const pool = createPool({ uri: process.env.MARIADB_URL ?? 'mysql://root@127.0.0.1:3306/test', connectionLimit: 10 });
   const table = `bench_claim_${randomBytes(3).toString('hex')}`;
   const name = { schema: undefined, table, quoted: `\`${table}\`` };

@@ -19,6 +19,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { Body, Controller, Injectable, Module, Post, UseInterceptors, type CallHandler, type NestInterceptor } from '@nestjs/common';
 import { APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
+import { numberArg } from './args.js';
 import { describeLib, loadLib } from './lib.js';
 import { cannon } from './run.js';
 import { median, round } from './stats.js';
@@ -101,12 +102,8 @@ class App {
 }
 
 async function main(): Promise<void> {
-  const option = (name: string, fallback: number) => {
-    const at = process.argv.indexOf(`--${name}`);
-    return at > 0 ? Number(process.argv[at + 1]) : fallback;
-  };
-  const rounds = option('rounds', 5);
-  const duration = option('duration', 3);
+  const rounds = numberArg('rounds', 5);
+  const duration = numberArg('duration', 3);
   const apps = new Map<Setup, App>();
   for (const setup of SETUPS) apps.set(setup, await App.start(setup));
   const perRequest = new Map<Setup, number[]>(SETUPS.map((s) => [s, []]));
@@ -125,7 +122,9 @@ async function main(): Promise<void> {
   } finally {
     for (const app of apps.values()) app.stop();
   }
-  console.log(`${describeLib()}, NestJS ${nestVersion()}, Node ${process.version}, Express, ${rounds} rounds × ${duration} s, 50 connections`);
+  console.log(
+    `${describeLib()}, NestJS ${nestVersion()}, Node ${process.version}, Express, ${rounds} rounds × ${duration} s, 50 connections`,
+  );
   console.log('| application | app CPU µs per request of an undecorated route, median (min–max) | − none |');
   console.log('|---|--:|--:|');
   const none = median(perRequest.get('none')!);
@@ -138,7 +137,8 @@ async function main(): Promise<void> {
 }
 
 function nestVersion(): string {
-  return (require(require.resolve('@nestjs/core/package.json', { paths: [require.resolve('@nestjs/core')] })) as { version: string }).version;
+  return (require(require.resolve('@nestjs/core/package.json', { paths: [require.resolve('@nestjs/core')] })) as { version: string })
+    .version;
 }
 
 if (process.argv[2] === 'serve') void serve(process.argv[3] as Setup);

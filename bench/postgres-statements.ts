@@ -15,15 +15,11 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { DataSource } from 'typeorm';
 import { createPostgresFloorTable, postgresFloor, type FloorPgPool } from './floors.js';
+import { numberArg } from './args.js';
 import { loadLibModule } from './lib.js';
 
 const { TypeOrmIdempotencyStore, createIdempotencyRecordsMigration, runIdempotentTransaction } =
   loadLibModule<typeof import('../lib/typeorm/index.js')>('typeorm/index.ts');
-
-function option(name: string, fallback: number): number {
-  const index = process.argv.indexOf(`--${name}`);
-  return index > 0 ? Number(process.argv[index + 1]) : fallback;
-}
 
 /** CPU time of every `postgres` process, µs (utime + stime; 100 ticks per second). */
 function postgresCpuMicros(): number {
@@ -42,9 +38,9 @@ function postgresCpuMicros(): number {
 }
 
 async function main(): Promise<void> {
-  const ops = option('ops', 4000);
-  const concurrency = option('concurrency', 50);
-  const rounds = option('rounds', 2);
+  const ops = numberArg('ops', 4000);
+  const concurrency = numberArg('concurrency', 50);
+  const rounds = numberArg('rounds', 2);
   const table = `bench_statements_${process.pid}`;
   const dataSource = new DataSource({
     type: 'postgres',

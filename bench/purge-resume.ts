@@ -10,14 +10,11 @@
  */
 import { createHash } from 'node:crypto';
 import { createConnection, type Connection } from 'mariadb';
+import { numberArg } from './args.js';
 
-const option = (name: string, fallback: number) => {
-  const index = process.argv.indexOf(`--${name}`);
-  return index > 0 ? Number(process.argv[index + 1]) : fallback;
-};
-const EXPIRED = option('expired', 100_000);
-const LIVE = option('live', 100_000);
-const BATCH = option('batch', 1_000);
+const EXPIRED = numberArg('expired', 100_000);
+const LIVE = numberArg('live', 100_000);
+const BATCH = numberArg('batch', 1_000);
 const TABLE = `bench_purge_resume_${process.pid}`;
 
 async function fill(connection: Connection, now: number): Promise<void> {
