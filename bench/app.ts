@@ -104,8 +104,11 @@ function buildControllers(stores: BenchStore[], slowMs: number): Type<unknown>[]
   }
 
   const controllers: Type<unknown>[] = [BareController];
-  // One controller per store: @Idempotent options (the store) are per handler.
-  for (const { name, store } of stores) {
+  // One controller per store: @Idempotent options (the store) are per handler. Each
+  // store's floor is registered right after it: Express matches routes in registration
+  // order (~0.2 µs per route passed), so a floor registered after every store would pay
+  // a few µs per request more than the library route it is compared with.
+  for (const { name, store, floor } of stores) {
     @Controller(name)
     class StoreController {
       @Post('first')
@@ -123,24 +126,26 @@ function buildControllers(stores: BenchStore[], slowMs: number): Type<unknown>[]
     }
     Object.defineProperty(StoreController, 'name', { value: `${name[0].toUpperCase()}${name.slice(1)}Controller` });
     controllers.push(StoreController);
-  }
-  // The floors (bench/floors.ts): the same handler, made idempotent by hand on the same client or pool.
-  for (const floor of stores.flatMap((s) => (s.floor ? [s.floor] : []))) {
-    @Controller(floor.name)
-    class FloorController {
-      @Post('first')
-      @HttpCode(201)
-      @UseInterceptors(new FloorInterceptor(floor.backend, TTL))
-      first(@Body() body: ChargeBody) {
-        return charge(body, counter);
-      }
-    }
-    Object.defineProperty(FloorController, 'name', {
-      value: `${floor.name.replace(/-(.)/g, (_, c: string) => c.toUpperCase())}Controller`,
-    });
-    controllers.push(FloorController);
+    if (floor) controllers.push(floorController(floor, counter));
   }
   return controllers;
+}
+
+/** A floor (bench/floors.ts): the same handler, made idempotent by hand on the same client or pool. */
+function floorController(floor: NonNullable<BenchStore['floor']>, counter: { n: number }): Type<unknown> {
+  @Controller(floor.name)
+  class FloorController {
+    @Post('first')
+    @HttpCode(201)
+    @UseInterceptors(new FloorInterceptor(floor.backend, TTL))
+    first(@Body() body: ChargeBody) {
+      return charge(body, counter);
+    }
+  }
+  Object.defineProperty(FloorController, 'name', {
+    value: `${floor.name.replace(/-(.)/g, (_, c: string) => c.toUpperCase())}Controller`,
+  });
+  return FloorController;
 }
 
 async function start(config: AppConfig): Promise<{ app: INestApplication; stores: BenchStore[] }> {

@@ -6,9 +6,10 @@
  *   BENCH_LIB=/tmp/before/lib npm run bench         # the same against another copy of lib/
  *
  * The app runs in a child process (bench/app.ts); autocannon drives it from this
- * process. Runs are interleaved (bare, store A, bare, store B, ..., bare) and every
- * store figure is divided by the mean of the two bare runs around it, so drift of a
- * shared machine cancels out; the report gives medians over rounds.
+ * process. Runs are interleaved (bare, store A, bare, floor of A, bare, store B, ..., bare)
+ * and every store figure is compared with the median of the six bare runs around it
+ * (`baselineOf`), so drift of a shared machine cancels out; the report gives medians over
+ * rounds.
  */
 import autocannon from 'autocannon';
 import { fork, spawn, type ChildProcess } from 'node:child_process';
@@ -24,6 +25,7 @@ import { describeLib } from './lib.js';
 import { ALL_STORES, SQL_STORES, storeModuleReady, type StoreName } from './stores.js';
 import type { FloorName } from './floors.js';
 import { writeCharts } from './chart.js';
+import { speedGauge } from './gauge.js';
 
 export type Platform = 'express' | 'fastify';
 export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
@@ -123,7 +125,7 @@ export interface CaseSummary {
   rps: number;
   p50Ms: number;
   p99Ms: number;
-  /** Medians over rounds of store / mean(bare before, bare after). */
+  /** Medians over rounds of store ÷ its baseline (the median of the six bare runs around it, `baselineOf`). */
   rpsRatio: number;
   p50Ratio: number;
   p99Ratio: number;
@@ -161,7 +163,14 @@ export interface BenchResult {
   generatedAt: string;
   /** Which lib was measured (see BENCH_LIB in bench/lib.ts); absent in runs from before it was recorded. */
   lib?: string;
-  machine: { node: string; cpus: number; cpuModel: string; loadAverageAtStart: number[] };
+  machine: {
+    node: string;
+    cpus: number;
+    cpuModel: string;
+    loadAverageAtStart: number[];
+    /** `speedGauge()` ms at the start and at the end of the run (bench/gauge.ts); absent in older runs. */
+    gaugeMs?: { start: number; end?: number };
+  };
   options: Omit<BenchOptions, 'out'>;
   http: Partial<Record<Platform, PlatformResult>>;
   functions?: FunctionsResult;
@@ -494,10 +503,13 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
   }
   try {
     const allBare: RunSample[] = [];
-    const samples = new Map<string, { sample: RunSample; bareBefore: RunSample; bareAfter?: RunSample }[]>();
-    // The floors have no slow route: the conflict case is the library's alone.
+    // The bare runs on few connections, which pair only with the latency case.
+    const fewBare: RunSample[] = [];
+    const samples = new Map<string, Entry[]>();
+    // The floors have no slow route: the conflict case is the library's alone. Each floor
+    // runs right after the library stores it is the floor of, so both see the same drift.
     const variants = (c: HttpCase): Variant[] =>
-      c === 'first' ? [...app.stores, ...app.floors, 'interceptor'] : c === 'conflict' ? app.stores : [...app.stores, ...app.floors];
+      c === 'conflict' ? app.stores : [...measureOrder(app.stores, app.floors), ...(c === 'first' ? (['interceptor'] as const) : [])];
     const isStore = (v: Variant | 'bare'): v is StoreName => (app.stores as string[]).includes(v);
 
     /** One timed run, with the store calls, backend calls and app CPU it caused. */
@@ -536,7 +548,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       const runBare = async (duration: number, connections?: number) => {
         const sample = await measure('bare', '/bare', 'unique', duration, connections);
         // The saturated bare runs describe the bare handler; the few-connection ones only pair with the latency case.
-        if (connections === undefined) allBare.push(sample);
+        (connections === undefined ? allBare : fewBare).push(sample);
         return sample;
       };
       let bareBefore = await runBare(options.duration);
@@ -562,9 +574,9 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
               `cpu ${fmt(sample.cpuMicrosPerRequest, 0)} µs/req  (bare before: ${fmt(bareBefore.rps, 0)} req/s, ${fmt(bareBefore.cpuMicrosPerRequest, 0)} µs/req)` +
               `${sample.non2xx ? `  non-2xx ${sample.non2xx}` : ''}`,
           );
-          const entry: { sample: RunSample; bareBefore: RunSample; bareAfter?: RunSample } = { sample, bareBefore };
+          const series = connections === undefined ? allBare : fewBare;
+          const entry: Entry = { sample, series, before: series.lastIndexOf(bareBefore) };
           bareBefore = await runBare(duration, connections);
-          entry.bareAfter = bareBefore;
           const id = `${c}:${v}`;
           (samples.get(id) ?? samples.set(id, []).get(id)!).push(entry);
         }
@@ -585,8 +597,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       const byVariant: Partial<Record<Variant, CaseSummary>> = {};
       for (const v of variants(c)) {
         const entries = samples.get(`${c}:${v}`) ?? [];
-        const bareOf = (e: (typeof entries)[number], pick: (r: RunSample) => number) =>
-          (pick(e.bareBefore) + pick(e.bareAfter ?? e.bareBefore)) / 2;
+        const bareOf = baselineOf;
         const ratio = (pick: (r: RunSample) => number) => round(median(entries.map((e) => pick(e.sample) / bareOf(e, pick))), 3);
         const perRequest = (pick: (r: RunSample) => number | undefined) =>
           round(median(entries.map((e) => (pick(e.sample) ?? 0) / e.sample.requests)), 2);
@@ -626,6 +637,46 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
     await redis?.quit().catch(() => undefined);
     await app.close();
   }
+}
+
+/** One timed run of a case, and where it sits among the bare runs of its connection count. */
+export interface Entry {
+  sample: RunSample;
+  /** The bare runs on the same number of connections, in the order they ran. */
+  series: RunSample[];
+  /** Index in `series` of the bare run just before this one (the one just after is `before + 1`). */
+  before: number;
+}
+
+/**
+ * How many bare runs on each side of a timed run make its baseline. Two (the runs just
+ * before and after) let the noise of one bare run, as large as a store's whole cost on
+ * Express (±15 µs of app CPU per request on this 2-core machine, where the load
+ * generator shares the cores), decide a ratio of two small added costs; six still follow
+ * drift that lasts a few cases, and their median ignores one run disturbed by the machine.
+ */
+export const BASELINE_SIDE = 3;
+
+/** The bare figure a timed run is compared with: the median of the `BASELINE_SIDE` bare runs on each side of it. */
+export function baselineOf(entry: Entry, pick: (r: RunSample) => number): number {
+  const from = Math.max(0, entry.before - BASELINE_SIDE + 1);
+  return median(entry.series.slice(from, entry.before + 1 + BASELINE_SIDE).map(pick));
+}
+
+/**
+ * The stores and floors in the order they run: each floor right after the first library
+ * store it is the floor of (the stores are listed main one first: Redis before its near
+ * cache and node-redis, TypeORM before Prisma and Drizzle), so that pair sees the same
+ * drift of the machine.
+ */
+export function measureOrder(stores: readonly StoreName[], floors: readonly FloorName[]): Variant[] {
+  const order: Variant[] = [];
+  for (const store of stores) {
+    order.push(store);
+    const floor = FLOOR_OF[store];
+    if (floors.includes(floor) && !order.includes(floor)) order.push(floor);
+  }
+  return [...order, ...floors.filter((f) => !order.includes(f))];
 }
 
 /** A library case against its floor's figures of the same case (undefined when the floor did not run). */
@@ -777,6 +828,12 @@ export function floorTargets(platform: Platform, r: PlatformResult, latencyConne
   return checks;
 }
 
+/** The speed gauge of a run (bench/gauge.ts) for its header, or nothing for older runs. */
+function gauge(result: BenchResult): string {
+  const g = result.machine.gaugeMs;
+  return g ? ` · speed gauge ${g.start}${g.end === undefined ? '' : ` → ${g.end}`} ms (about 50 on a quiet machine)` : '';
+}
+
 function fmt(value: number | undefined, digits = 2): string {
   return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits);
 }
@@ -818,8 +875,8 @@ export function markdownReport(result: BenchResult, { docs = false }: { docs?: b
   const commit = result.lib ? /commit ([0-9a-f]{7,})/.exec(result.lib)?.[1] : undefined;
   if (result.lib && !docs) lines.push(`Library: ${result.lib}`, '');
   lines.push(
-    `Run ${result.generatedAt}${docs && commit ? ` · lib/ at ${commit}` : ''} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}`,
-    `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the bare handler measured just before and after · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
+    `Run ${result.generatedAt}${docs && commit ? ` · lib/ at ${commit}` : ''} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}${gauge(result)}`,
+    `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the median of the 6 bare runs around each (3 before, 3 after) · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
     '',
   );
   if (docs) return docsSummary(result, lines);
@@ -939,7 +996,13 @@ export async function runBench(
   const result: BenchResult = {
     generatedAt: new Date().toISOString(),
     lib: describeLib(),
-    machine: { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() },
+    machine: {
+      node: process.version,
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
+      loadAverageAtStart: loadavg(),
+      gaugeMs: { start: await speedGauge() },
+    },
     options: shown,
     http: {},
     targets: [],
@@ -979,6 +1042,7 @@ export async function runBench(
     );
     result.memory = { bounded, unbounded };
   }
+  result.machine.gaugeMs!.end = await speedGauge();
   result.targets = checkTargets(result);
   return result;
 }

@@ -1,4 +1,4 @@
-import { checkTargets, markdownReport, parseArgs, runBench } from '../../bench/run.js';
+import { baselineOf, checkTargets, markdownReport, measureOrder, parseArgs, runBench, type RunSample } from '../../bench/run.js';
 
 // The pieces of `npm run bench` on one tiny case: the app child starts, autocannon
 // drives it, store calls are counted, and the report has its shape. No timing is
@@ -17,6 +17,46 @@ describe('bench harness', () => {
     expect(parseArgs(['--platform', 'both']).platforms).toEqual(['express', 'fastify']);
     expect(() => parseArgs(['--bogus'])).toThrow(/Unknown option/);
     expect(() => parseArgs(['--stores', 'mongo'])).toThrow(/unknown store/);
+  });
+
+  it('runs each floor right after the first library store it is the floor of', () => {
+    expect(
+      measureOrder(
+        ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb', 'prisma', 'drizzle', 'node-redis'],
+        ['floor-memory', 'floor-redis', 'floor-postgres', 'floor-mariadb'],
+      ),
+    ).toEqual([
+      'memory',
+      'floor-memory',
+      'redis',
+      'floor-redis',
+      'redisNear',
+      'typeorm',
+      'floor-postgres',
+      'mariadb',
+      'floor-mariadb',
+      'prisma',
+      'drizzle',
+      'node-redis',
+    ]);
+    // A floor whose main store is not measured follows the first store it serves.
+    expect(measureOrder(['drizzle', 'memory'], ['floor-postgres', 'floor-memory'])).toEqual([
+      'drizzle',
+      'floor-postgres',
+      'memory',
+      'floor-memory',
+    ]);
+  });
+
+  it('compares a run with the median of the three bare runs on each side, not one disturbed neighbour', () => {
+    const bare = (cpu: number) => ({ cpuMicrosPerRequest: cpu }) as RunSample;
+    // The run sits between bare runs 3 and 4; bare run 4 ran while the machine was busy.
+    const series = [100, 101, 99, 100, 160, 102, 98, 300].map(bare);
+    const cpu = (r: RunSample) => r.cpuMicrosPerRequest!;
+    expect(baselineOf({ sample: bare(140), series, before: 3 }, cpu)).toBe(100.5);
+    // At the edges of a run the window is what there is.
+    expect(baselineOf({ sample: bare(140), series, before: 0 }, cpu)).toBe(100);
+    expect(baselineOf({ sample: bare(140), series, before: 6 }, cpu)).toBe(131);
   });
 
   it('runs one first-execution case against the memory store and counts its store calls', async () => {
