@@ -69,6 +69,8 @@ export interface BenchOptions {
   memoryMaxEntries: number;
   /** Replace the table in docs/performance.md (only when `out` is the default). @default true */
   updateDocs: boolean;
+  /** Time `speedGauge()` (bench/gauge.ts) at the start and end of the run; the harness's test leaves it out. @default true */
+  gauge?: boolean;
   /** Directory for V8 CPU profiles of the app process (`node --cpu-prof`); none when unset. */
   cpuProfileDir?: string;
   /** Measure nothing: write the report, docs/performance.md's tables and the charts again from this saved run (`--from bench/results/latest.json`). */
@@ -1001,7 +1003,7 @@ export async function runBench(
       cpus: cpus().length,
       cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
       loadAverageAtStart: loadavg(),
-      gaugeMs: { start: await speedGauge() },
+      ...(options.gauge === false ? {} : { gaugeMs: { start: await speedGauge() } }),
     },
     options: shown,
     http: {},
@@ -1042,7 +1044,7 @@ export async function runBench(
     );
     result.memory = { bounded, unbounded };
   }
-  result.machine.gaugeMs!.end = await speedGauge();
+  if (result.machine.gaugeMs) result.machine.gaugeMs.end = await speedGauge();
   result.targets = checkTargets(result);
   return result;
 }

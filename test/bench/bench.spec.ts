@@ -69,6 +69,7 @@ describe('bench harness', () => {
       stores: ['memory' as const],
       cases: ['first' as const],
       updateDocs: false,
+      gauge: false,
     };
     const result = await runBench(options, () => undefined);
     const first = result.http.fastify!.cases.first!;
@@ -95,5 +96,7 @@ describe('bench harness', () => {
     expect(targets.map((t) => t.name)).toContain('fastify: memory first execution, added CPU ÷ floor');
     const report = markdownReport(result);
     expect(report).toContain('| first execution | memory |');
-  }, 30_000);
+    // A child app, its warm-up and seven timed runs: 15 s alone, twice that beside the
+    // other suites on 2 cores.
+  }, 120_000);
 });
