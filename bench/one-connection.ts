@@ -10,20 +10,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import { numberArg } from './args.js';
+import { numberArg, stringArg } from './args.js';
 import { describeLib } from './lib.js';
 import { AppProcess, BODY, type Platform } from './run.js';
 import { median, round } from './stats.js';
 import type { StoreName } from './stores.js';
 
-function option(name: string, fallback: string): string {
-  const index = process.argv.indexOf(`--${name}`);
-  return index > 0 ? process.argv[index + 1] : fallback;
-}
-
-const platform = option('platform', 'fastify') as Platform;
-const stores = option('stores', 'memory,redis').split(',') as StoreName[];
-const routes = option('routes', '/bare,/memory/first,/floor-memory/first,/redis/first,/floor-redis/first').split(',');
+const platform = stringArg('platform', 'fastify') as Platform;
+const stores = stringArg('stores', 'memory,redis').split(',') as StoreName[];
+const routes = stringArg('routes', '/bare,/memory/first,/floor-memory/first,/redis/first,/floor-redis/first').split(',');
 const requests = numberArg('requests', 1000);
 const rounds = numberArg('rounds', 10);
 

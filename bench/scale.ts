@@ -17,6 +17,7 @@
 import 'reflect-metadata';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { numberArg, stringArg } from './args.js';
 import { describeLib } from './lib.js';
 import { measureLatency, warmUp, type LatencyRun, type Workload } from './scale-measure.js';
 import { redisExpiry, sqlPurge } from './scale-purge.js';
@@ -27,28 +28,23 @@ import { recordThroughHttp, TEMPLATE_TTL_MS } from './scale-template.js';
 
 type StoreKind = SqlKind | 'redis';
 
-function option(name: string): string | undefined {
-  const index = process.argv.indexOf(`--${name}`);
-  return index > 0 ? process.argv[index + 1] : undefined;
-}
 const numbers = (text: string) => text.split(',').map((part) => Number(part.replace(/_/g, '')));
-const numberOption = (name: string, fallback: number) => Number(option(name) ?? fallback);
 
-const sizes = numbers(option('sizes') ?? '0,1000000,10000000');
+const sizes = numbers(stringArg('sizes', '0,1000000,10000000'));
 const config = {
-  stores: (option('stores') ?? 'postgres,mariadb,redis').split(',') as StoreKind[],
+  stores: stringArg('stores', 'postgres,mariadb,redis').split(',') as StoreKind[],
   sizes,
-  mariadbSizes: option('mariadb-sizes') ? numbers(option('mariadb-sizes')!) : sizes,
-  redisSizes: option('redis-sizes') ? numbers(option('redis-sizes')!) : sizes.filter((size) => size <= 1_000_000),
-  ops: numberOption('ops', 2000),
-  rounds: numberOption('rounds', 3),
-  bigBodyRecords: numberOption('big-body-records', 100_000),
-  purgeExpired: numberOption('purge-expired', 1_000_000),
-  purgeLive: numberOption('purge-live', 1_000_000),
-  windowMs: numberOption('window-ms', 5_000),
+  mariadbSizes: stringArg('mariadb-sizes') ? numbers(stringArg('mariadb-sizes')!) : sizes,
+  redisSizes: stringArg('redis-sizes') ? numbers(stringArg('redis-sizes')!) : sizes.filter((size) => size <= 1_000_000),
+  ops: numberArg('ops', 2000),
+  rounds: numberArg('rounds', 3),
+  bigBodyRecords: numberArg('big-body-records', 100_000),
+  purgeExpired: numberArg('purge-expired', 1_000_000),
+  purgeLive: numberArg('purge-live', 1_000_000),
+  windowMs: numberArg('window-ms', 5_000),
   // Experimental (see bench/README.md, "Scale"): its end is not yet detected reliably.
   redisExpiry: process.argv.includes('--redis-expiry'),
-  out: resolve(option('out') ?? 'bench/results/scale.json'),
+  out: resolve(stringArg('out', 'bench/results/scale.json')),
   postgresUrl: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
   mariadbUrl: process.env.MARIADB_URL ?? 'mysql://root@127.0.0.1:3306/test',
   redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
