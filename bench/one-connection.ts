@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { numberArg, stringArg } from './args.js';
 import { describeLib } from './lib.js';
-import { AppProcess, BODY, type Platform } from './run.js';
+import { AppProcess, BODY, parseArgs, type Platform } from './run.js';
 import { median, round } from './stats.js';
 import type { StoreName } from './stores.js';
 
@@ -49,15 +49,17 @@ function post(agent: http.Agent, port: number, path: string): Promise<number> {
 }
 
 async function main(): Promise<void> {
+  // The servers `npm run bench` uses (REDIS_URL, DATABASE_URL, MYSQL_URL or its defaults).
+  const { redisUrl, postgresUrl, mariadbUrl } = parseArgs([]);
   const app = await AppProcess.start({
     platform,
     stores,
     slowMs: 100,
     runId: randomBytes(4).toString('hex'),
     autoPipelining: false,
-    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    postgresUrl: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    mariadbUrl: process.env.MARIADB_URL ?? 'mysql://root@127.0.0.1:3306/test',
+    redisUrl,
+    postgresUrl,
+    mariadbUrl,
   });
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const p50s = new Map<string, number[]>(routes.map((route) => [route, []]));

@@ -599,8 +599,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       const byVariant: Partial<Record<Variant, CaseSummary>> = {};
       for (const v of variants(c)) {
         const entries = samples.get(`${c}:${v}`) ?? [];
-        const bareOf = baselineOf;
-        const ratio = (pick: (r: RunSample) => number) => round(median(entries.map((e) => pick(e.sample) / bareOf(e, pick))), 3);
+        const ratio = (pick: (r: RunSample) => number) => round(median(entries.map((e) => pick(e.sample) / baselineOf(e, pick))), 3);
         const perRequest = (pick: (r: RunSample) => number | undefined) =>
           round(median(entries.map((e) => (pick(e.sample) ?? 0) / e.sample.requests)), 2);
         const cpu = (r: RunSample) => r.cpuMicrosPerRequest!;
@@ -611,10 +610,10 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           rpsRatio: ratio((r) => r.rps),
           p50Ratio: ratio((r) => r.p50),
           p99Ratio: ratio((r) => r.p99),
-          addedP99Ms: round(median(entries.map((e) => e.sample.p99 - bareOf(e, (r) => r.p99)))),
-          addedP50Ms: round(median(entries.map((e) => e.sample.p50 - bareOf(e, (r) => r.p50))), 3),
+          addedP99Ms: round(median(entries.map((e) => e.sample.p99 - baselineOf(e, (r) => r.p99)))),
+          addedP50Ms: round(median(entries.map((e) => e.sample.p50 - baselineOf(e, (r) => r.p50))), 3),
           cpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample))), 1),
-          addedCpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample) - bareOf(e, cpu))), 1),
+          addedCpuMicrosPerRequest: round(median(entries.map((e) => cpu(e.sample) - baselineOf(e, cpu))), 1),
           ...(!isStore(v)
             ? {}
             : {
@@ -625,8 +624,8 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           non2xx: entries.reduce((x, e) => x + e.sample.non2xx, 0),
           errors: entries.reduce((x, e) => x + e.sample.errors, 0),
           rounds: entries.map((e) => roundSample(e.sample)),
-          rpsRatioRounds: entries.map((e) => round(e.sample.rps / bareOf(e, (r) => r.rps), 3)),
-          addedP99MsRounds: entries.map((e) => round(e.sample.p99 - bareOf(e, (r) => r.p99))),
+          rpsRatioRounds: entries.map((e) => round(e.sample.rps / baselineOf(e, (r) => r.rps), 3)),
+          addedP99MsRounds: entries.map((e) => round(e.sample.p99 - baselineOf(e, (r) => r.p99))),
         };
       }
       for (const v of Object.keys(byVariant) as Variant[]) {
