@@ -152,6 +152,61 @@ describe('fault proxy', () => {
     await until(() => again.state.received === 'back', 'a new connection');
   });
 
+  it('blackholes the open connections and those made during the fault for good; new ones after the heal work', async () => {
+    const seen: string[] = [];
+    const store = createServer((socket) => {
+      socket.on('data', (chunk) => {
+        seen.push(chunk.toString());
+        socket.write(chunk);
+      });
+      socket.on('error', () => undefined).on('close', () => seen.push('<closed>'));
+    });
+    await new Promise<void>((resolve) => store.listen(0, '127.0.0.1', resolve));
+    const path = await startFaultProxy({ host: '127.0.0.1', port: (store.address() as { port: number }).port });
+    const opened: Socket[] = [];
+    const open = async () => {
+      const socket = createConnection(path.address);
+      opened.push(socket);
+      const state = { received: '', ended: false };
+      socket.on('data', (chunk) => (state.received += chunk.toString()));
+      socket.on('error', () => undefined).on('close', () => (state.ended = true));
+      await new Promise((resolve) => socket.once('connect', resolve));
+      return { socket, state };
+    };
+    try {
+      const before = await open();
+      before.socket.write('a');
+      await until(() => before.state.received === 'a', 'the echo before the fault');
+      path.blackhole();
+      before.socket.write('b');
+      await path.waitFor('dropped', () => path.stats.droppedBytes.request === 1);
+      // A connection made during the fault is dead too.
+      const during = await open();
+      during.socket.write('c');
+      await path.waitFor('dropped', () => path.stats.droppedBytes.request === 2);
+      await path.heal();
+      before.socket.write('d');
+      during.socket.write('e');
+      await path.waitFor('dropped', () => path.stats.droppedBytes.request === 4);
+      // A client's close is dropped as well: the store never hears of it.
+      before.socket.destroy();
+      await path.waitFor<{ bytes: number }>('dropped', ({ bytes }) => bytes === 0);
+      const after = await open();
+      after.socket.write('f');
+      await until(() => after.state.received === 'f', 'the echo on a connection made after the heal');
+      expect(seen).toEqual(['a', 'f']);
+      expect({ during: during.state, blackholed: path.stats.blackholed, open: path.stats.open }).toEqual({
+        during: { received: '', ended: false },
+        blackholed: 2,
+        open: 3,
+      });
+    } finally {
+      for (const socket of opened) socket.destroy();
+      await path.stop();
+      await new Promise((resolve) => store.close(resolve));
+    }
+  });
+
   it('on a real Redis: a frozen path fails ioredis commands by its commandTimeout, and heal lets the held ones through', async () => {
     await proxy.stop();
     proxy = await startFaultProxy({ host: '127.0.0.1', port: 6379 });

@@ -12,9 +12,16 @@
  * - `resetMidReply({ afterBytes })`: the next reply is cut after `afterBytes` bytes and
  *   both sockets are reset (RST), so the client holds a partial answer.
  * - `refuse()`: new connections are refused (the listener closes: ECONNREFUSED).
- * - `heal()`: all of the above off.
+ * - `blackhole()`: every byte of the connections open now, and of those accepted while it
+ *   is on, is dropped in both directions, for good (a NAT or firewall that lost its state,
+ *   a failover behind a virtual IP that sends no RST): the sockets stay open, neither side
+ *   hears of the other again, not even a close. Only connections accepted after `heal()`
+ *   carry bytes. (A SYN cannot be dropped from user space: a connection made during the
+ *   fault is accepted, then blackholed, as a path that loses its state right after the
+ *   handshake would.)
+ * - `heal()`: all of the above off (blackholed connections stay dead).
  *
- * Tests synchronise on its events (`held`, `reset`, `connection`) or on `stats`, never on
+ * Tests synchronise on its events (`held`, `dropped`, `reset`, `connection`) or on `stats`, never on
  * sleeps. Started on an OS-chosen free port by `startFaultProxy`, stopped by `stop()`.
  */
 import { EventEmitter } from 'node:events';
@@ -51,6 +58,10 @@ export interface FaultProxyStats {
   bytes: Record<Direction, number>;
   /** Bytes held by a freeze, not delivered yet. */
   heldBytes: number;
+  /** Connections blackholed so far (their bytes dropped for good). */
+  blackholed: number;
+  /** Bytes dropped by blackholed connections, per direction. */
+  droppedBytes: Record<Direction, number>;
 }
 
 export interface FaultProxyOptions {
@@ -73,6 +84,8 @@ class Pair {
   readonly lastAt: Record<Direction, number> = { request: 0, reply: 0 };
   readonly timers: Record<Direction, NodeJS.Timeout | undefined> = { request: undefined, reply: undefined };
   closed = false;
+  /** Blackholed: every byte from either side is dropped, for good (no close goes through either). */
+  dead = false;
   /** A cut reply's last part is being written: nothing more is forwarded, the reset follows. */
   cutting = false;
   /** A request went out since the last reply started: the next reply chunk starts a new reply. */
@@ -91,12 +104,21 @@ class Pair {
 }
 
 export class FaultProxy extends EventEmitter {
-  readonly stats: FaultProxyStats = { accepted: 0, open: 0, reset: 0, bytes: { request: 0, reply: 0 }, heldBytes: 0 };
+  readonly stats: FaultProxyStats = {
+    accepted: 0,
+    open: 0,
+    reset: 0,
+    bytes: { request: 0, reply: 0 },
+    heldBytes: 0,
+    blackholed: 0,
+    droppedBytes: { request: 0, reply: 0 },
+  };
   private readonly pairs = new Set<Pair>();
   private frozen = false;
   private delay: LatencyFault | undefined;
   private cut: (ResetFault & { left: number }) | undefined;
   private refusing = false;
+  private blackholing = false;
   private server: Server;
   private stopped = false;
   private readonly random: () => number;
@@ -156,6 +178,16 @@ export class FaultProxy extends EventEmitter {
     await Promise.resolve();
   }
 
+  /**
+   * Drops every byte of the open connections, and of those accepted until `heal()`, for
+   * good, in both directions; a close from either side is dropped too (the other side
+   * never hears of it). The connections stay dead after the heal.
+   */
+  blackhole(): void {
+    this.blackholing = true;
+    for (const pair of this.pairs) this.kill(pair);
+  }
+
   /** Resets every open connection (RST both sides). */
   dropConnections(): void {
     for (const pair of this.pairs) this.reset(pair);
@@ -166,6 +198,7 @@ export class FaultProxy extends EventEmitter {
     this.frozen = false;
     this.delay = undefined;
     this.cut = undefined;
+    this.blackholing = false;
     if (this.refusing) {
       this.refusing = false;
       this.server = this.createListener();
@@ -223,11 +256,32 @@ export class FaultProxy extends EventEmitter {
     // behind the data, and a frozen path holds it like the data until the heal).
     client.on('error', () => undefined).on('close', () => this.receive(pair, 'request', null));
     server.on('error', () => undefined).on('close', () => this.receive(pair, 'reply', null));
+    if (this.blackholing) this.kill(pair);
     this.emit('connection', this.stats.accepted);
+  }
+
+  /** Blackholes one connection: what it held is dropped, and all it will ever carry. */
+  private kill(pair: Pair): void {
+    if (pair.dead || pair.closed) return;
+    pair.dead = true;
+    this.stats.blackholed++;
+    for (const direction of ['request', 'reply'] as const) {
+      if (pair.timers[direction]) clearTimeout(pair.timers[direction]);
+      pair.timers[direction] = undefined;
+      const dropped = pair.queues[direction].splice(0).reduce((n, q) => n + (q.chunk?.length ?? 0), 0);
+      if (this.frozen) this.stats.heldBytes = Math.max(0, this.stats.heldBytes - dropped);
+      this.stats.droppedBytes[direction] += dropped;
+    }
   }
 
   private receive(pair: Pair, direction: Direction, chunk: Buffer | null): void {
     if (pair.closed || pair.cutting) return;
+    if (pair.dead) {
+      // Dropped, data and close alike; the pair is cleaned up by stop().
+      this.stats.droppedBytes[direction] += chunk?.length ?? 0;
+      this.emit('dropped', { direction, bytes: chunk?.length ?? 0, droppedBytes: this.stats.droppedBytes[direction] });
+      return;
+    }
     const now = Date.now();
     let at = now;
     if (this.delay && (this.delay.direction ?? 'both') !== (direction === 'request' ? 'reply' : 'request')) {
@@ -248,7 +302,7 @@ export class FaultProxy extends EventEmitter {
 
   /** Delivers the chunks of one direction that are due; schedules the next one. */
   private pump(pair: Pair, direction: Direction): void {
-    if (pair.closed || pair.cutting || this.frozen) return;
+    if (pair.closed || pair.cutting || pair.dead || this.frozen) return;
     const queue = pair.queues[direction];
     const now = Date.now();
     while (queue.length > 0 && queue[0].at <= now) {
