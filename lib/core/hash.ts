@@ -1,6 +1,7 @@
 import * as crypto from 'node:crypto';
 import { types } from 'node:util';
 import { IdempotencyConfigurationError, IdempotencyRequestInvalidError } from './errors.js';
+import { classWithPrivateState, ownToJSON, type PrivateStateHolder } from './private-state.js';
 
 /** Deep enough for any sane payload, shallow enough that hostile nesting cannot blow the stack. */
 const MAX_DEPTH = 256;
@@ -16,8 +17,11 @@ const MAX_DEPTH = 256;
  * `Set[...]` (entries sorted, so insertion order does not count, as with keys),
  * `RegExp("/a/g")`, `URLSearchParams("a=1")`, `Boxed(1)`, `Error("TypeError","msg",{...})`.
  * An object with `toJSON()` is written as what that returns, any other class instance as
- * its own enumerable fields; one without any (its state is in `#private` fields or
- * internal slots) is refused, as it would fingerprint like every other instance.
+ * its own enumerable fields; one without any (its state is in internal slots) is refused,
+ * as it would fingerprint like every other instance. An instance whose class (or a class
+ * it extends) keeps per-instance private state (`#private` fields, down-levelled or
+ * WeakMap-held: see private-state.ts) is written as its `toJSON()` or refused: its
+ * public fields, or the built-in it extends, do not say everything that tells it apart.
  * The output is hashed, never parsed. Plain JSON data (every HTTP JSON body) is written
  * exactly as before these tokens existed: stored fingerprints stay valid.
  */
@@ -64,6 +68,9 @@ function write(value: unknown, depth: number, stack: object[]): string {
   if (stack.includes(obj)) throw new IdempotencyRequestInvalidError('payload contains a circular reference');
   let out: string;
   if (Array.isArray(obj)) {
+    // An Array subclass (rare; plain arrays pay one comparison) may keep private state.
+    const holder = Object.getPrototypeOf(obj) === Array.prototype ? undefined : classWithPrivateState(obj);
+    if (holder !== undefined) return writeOpaque(obj, holder, depth, stack);
     stack.push(obj);
     out = '[';
     for (let i = 0; i < obj.length; i++) {
@@ -105,6 +112,8 @@ function writeMembers(obj: object, depth: number, stack: object[]): string {
 
 /** Bare tokens for what is not a plain object or array (see `canonicalJson`); `obj` is not on the stack yet. */
 function writeSpecial(obj: object, depth: number, stack: object[]): string {
+  const holder = classWithPrivateState(obj);
+  if (holder !== undefined) return writeOpaque(obj, holder, depth, stack);
   if (ArrayBuffer.isView(obj)) {
     const type = Buffer.isBuffer(obj) ? 'Uint8Array' : Object.prototype.toString.call(obj).slice(8, -1);
     return type + '(' + JSON.stringify(Buffer.from(obj.buffer, obj.byteOffset, obj.byteLength).toString('base64')) + ')';
@@ -150,6 +159,28 @@ function writeSpecial(obj: object, depth: number, stack: object[]): string {
   }
   stack.pop();
   return out;
+}
+
+/**
+ * An instance whose class keeps private state: what its `toJSON()` returns (the class's
+ * own word on what identifies it: defined at or below the class that keeps the state, see
+ * `ownToJSON`), else refused. Not `valueOf()`: a conversion for arithmetic says nothing
+ * of the rest (a Money's valueOf() is its amount, not its currency).
+ */
+function writeOpaque(obj: object, holder: PrivateStateHolder, depth: number, stack: object[]): string {
+  const toJSON = ownToJSON(obj, holder);
+  if (toJSON !== undefined) {
+    const json = toJSON.call(obj);
+    if (json !== obj) return write(json, depth + 1, stack);
+  }
+  const name = (obj.constructor as { name?: string } | undefined)?.name || holder.name;
+  throw new IdempotencyConfigurationError(
+    `The fingerprint cannot see inside this instance of ${name}: ` +
+      (name === holder.name ? `${name} keeps` : `it extends ${holder.name}, which keeps`) +
+      ' state in #private fields (or a WeakMap) and no toJSON() of its own says what identifies it, so instances that' +
+      ' differ only there would fingerprint alike and one would get the answer stored for the other.',
+    `Give ${name} a toJSON() that returns everything that identifies it, pass plain data, or set the fingerprint option to that data.`,
+  );
 }
 
 /** Characters JSON.stringify escapes in a string (quotes, backslash, controls) or may (lone surrogates). */

@@ -99,12 +99,56 @@ export function richReplays<I>(operation: string, inputOf: (kind: string) => I):
   }));
 }
 
+/**
+ * Issue 41, item 7: a public `currency` and the amount in a `#private` field. Its public
+ * fields do not tell `new Money(500)` from `new Money(50000)`, so the fingerprint refuses it.
+ */
+export class Money {
+  readonly currency = 'EUR';
+  readonly #cents: number;
+  constructor(cents: number) {
+    this.#cents = cents;
+  }
+  get cents(): number {
+    return this.#cents;
+  }
+}
+
+/** The same Money with a toJSON() that says what identifies it: the fingerprint takes that. */
+export class JsonMoney extends Money {
+  toJSON() {
+    return { currency: this.currency, cents: this.cents };
+  }
+}
+
+/** Prices per SKU in a currency kept `#private`: its entries alone (a Map's fingerprint) would not tell EUR from USD. */
+export class PriceList extends Map<string, number> {
+  readonly #currency: string;
+  constructor(currency: string, entries: ReadonlyArray<[string, number]>) {
+    super(entries);
+    this.#currency = currency;
+  }
+  toJSON() {
+    return { currency: this.#currency, prices: Object.fromEntries(this) };
+  }
+}
+
 /** Inputs that canonical JSON collapses (issue 24, item 8), besides plain ones. */
 export const IN_PROCESS_INPUT_PAIRS = [
   { name: 'another amount', a: { amount: 1 } as unknown, b: { amount: 2 } as unknown },
   { name: 'a Map vs another Map', a: new Map([['amount', 1]]) as unknown, b: new Map([['amount', 2]]) as unknown },
   { name: 'a Set vs another Set', a: new Set([1]) as unknown, b: new Set([2]) as unknown },
   { name: 'a bigint vs another bigint', a: 1n as unknown, b: 2n as unknown },
+  {
+    name: 'a Money whose amount is #private, by its toJSON(), vs another amount',
+    a: new JsonMoney(500) as unknown,
+    b: new JsonMoney(50000) as unknown,
+  },
+  {
+    name: 'a Map subclass whose currency is #private, by its toJSON(), vs another currency',
+    a: new PriceList('EUR', [['sku', 1]]) as unknown,
+    b: new PriceList('USD', [['sku', 1]]) as unknown,
+  },
 ];
 
 /** The error a handler throws and caches (`cacheErrors: (e) => e instanceof RangeError`). */
