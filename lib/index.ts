@@ -18,6 +18,7 @@ export {
 } from './nest/idempotency.service.js';
 export { IdempotencyInterceptor } from './nest/idempotency.interceptor.js';
 export { IdempotencyRuntime } from './nest/idempotency.runtime.js';
+export { IdempotencyPrincipal, type PrincipalResult } from './nest/principal.js';
 export type { IdempotentOptions } from './nest/idempotency.options.js';
 export type { IdempotencyModuleOptions, IdempotencyRuntimeClass } from './nest/idempotency.module-options.js';
 export type { IdempotentMethodOptions } from './nest/method-options.js';

@@ -1,7 +1,8 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { PrincipalResult } from './principal.js';
 import type { ResolvedHandlerConfig, TransportAdapter } from './transport.adapter.js';
 
-type Principal = string | number | undefined | null;
+type Principal = PrincipalResult;
 
 /** How the protocol derives a request's key, scope and fingerprint (see the hooks of `IdempotencyRuntime`). */
 export interface IdempotencyHooks {

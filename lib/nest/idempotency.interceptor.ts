@@ -7,6 +7,7 @@ import { IDEMPOTENCY_RUNTIME, IDEMPOTENCY_SERVICE, IDEMPOTENT_METADATA } from '.
 import type { IdempotencyHooks } from './idempotency-hooks.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import { IdempotencyRuntime } from './idempotency.runtime.js';
+import type { PrincipalResult } from './principal.js';
 import type { IdempotencyService } from './idempotency.service.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
 import { refuseWithoutModule } from './unconfigured.js';
@@ -96,7 +97,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     config: ResolvedHandlerConfig,
     adapter: TransportAdapter,
-  ): string | number | undefined | null | Promise<string | number | undefined | null> {
+  ): PrincipalResult | Promise<PrincipalResult> {
     return this.runtimeFor().hooks.resolvePrincipal(context, config, adapter);
   }
 

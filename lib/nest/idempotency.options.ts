@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { CacheErrors, IdempotencyStore, InFlightStrategy, StoreErrorStrategy } from '../core/index.js';
+import type { PrincipalResult } from './principal.js';
 
 type MaybePromise<T> = T | Promise<T>;
 
@@ -47,14 +48,17 @@ export interface IdempotentOptions {
   key?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
   /**
    * The principal or tenant part of the scope. Keys are always scoped per operation
-   * (`POST /v1/refunds/:id`, `rmq refund.create`); this adds who is asking, so one
-   * user's key never replays another's response. Return a string or number (an id
-   * object with `toHexString()` works too); `undefined` means anonymous; anything else
-   * refuses the request with `IDEMPOTENCY_CONFIGURATION_ERROR`. Read it from what your
-   * authentication set, never from a header the client chooses.
-   * @default `request.user.id`, `.sub`, `.userId` or `._id`; a `request.user` without one is refused
+   * (`POST /v1/refunds/:id`, `rmq orders-eu refund.create`); this says who is asking, so
+   * one caller's key never replays another's response. Return a string or number (an id
+   * object with `toHexString()` works too; `7` and `'7'` are two principals), or
+   * `IdempotencyPrincipal.of('api-client', id)` to name the kind of caller where several
+   * kinds share ids; `undefined` means anonymous (also for a request that carries
+   * credentials: your explicit choice); anything else refuses the request with
+   * `IDEMPOTENCY_CONFIGURATION_ERROR`. Read it from what your authentication set, never
+   * from a header the client chooses.
+   * @default the caller on `request.user` (`.id`, `.sub`, `.userId` or `._id`) and on `request.auth` (`.sub`, `.payload.sub`, `.user`, `.id`, `.userId`), typed and with its source; one that is set without an id is refused, and so is a request with an `Authorization` or `X-API-Key` header or a signed-in session but no caller on either
    */
-  scope?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;
+  scope?: (context: ExecutionContext) => MaybePromise<PrincipalResult>;
   /**
    * What must match for a key to be reused: a function returning the material to
    * hash, or false to turn the check off. Same key + different fingerprint is 422.

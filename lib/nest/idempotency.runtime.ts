@@ -16,14 +16,14 @@ import type { IdempotencyHooks } from './idempotency-hooks.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 import type { IdempotencyService } from './idempotency.service.js';
 import { scopeOf } from './operation.js';
-import { principalOf } from './principal.js';
+import { principalOf, type PrincipalResult } from './principal.js';
 import { runTransactional, type ProtocolSteps } from './transactional-run.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
 import { requestTransports, TRANSPORTS } from './transports/registry.js';
 import type { Transport } from './transports/transport.js';
 import { refuseUnconfigured } from './unconfigured.js';
 
-type Principal = string | number | undefined | null;
+type Principal = PrincipalResult;
 
 /** What the protocol needs of a request; `undefined` when it runs unprotected (no key, `required: false`). */
 type Prepared = ExecutionRequest | undefined;

@@ -22,6 +22,7 @@ import { MemoryIdempotencyStore } from '../core/memory.store.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.constants.js';
 import { IdempotencyLog } from './idempotency.logger.js';
 import { scopeOf } from './operation.js';
+import { principalOf, type IdempotencyPrincipal } from './principal.js';
 import type { IdempotencyModuleOptions } from './idempotency.module-options.js';
 
 /** Options of `IdempotencyService.run`, over the module's defaults. */
@@ -79,8 +80,13 @@ export interface RecordLocator {
   operation?: string;
   /** @deprecated The same as `operation` (0.1 scoped keys by `Controller.method`; see CHANGELOG.md). */
   handler?: string;
-  /** The principal part of the scope (user id, tenant), when there was one. */
-  principal?: string | number;
+  /**
+   * The principal part of the scope, when there was one, as the request's scope read it: a
+   * string or number as your `scope` option returned it, or the `IdempotencyPrincipal` of
+   * the default (`IdempotencyPrincipal.of('user.id', 7)` for `request.user.id === 7`;
+   * see docs/security.md for the sources).
+   */
+  principal?: string | number | IdempotencyPrincipal;
 }
 
 export { scopeOf } from './operation.js';
@@ -224,7 +230,10 @@ export class IdempotencyService implements OnModuleDestroy {
   }
 
   private locate(key: string, locator: RecordLocator): string {
-    return storageKeyOf(scopeOf(locator.operation ?? locator.handler ?? 'run:service', locator.principal), normalizeIdempotencyKey(key));
+    return storageKeyOf(
+      scopeOf(locator.operation ?? locator.handler ?? 'run:service', principalOf(locator.principal, 'IdempotencyService record locator')),
+      normalizeIdempotencyKey(key),
+    );
   }
 }
 

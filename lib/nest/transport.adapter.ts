@@ -1,6 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { ExecutionPolicy, IdempotencyError, InFlightStrategy, StoredOutcome } from '../core/index.js';
 import type { IdempotentOptions } from './idempotency.options.js';
+import type { IdempotencyPrincipal } from './principal.js';
 
 /** What `TransportAdapter.replay` returns when nothing is sent back (a duplicate event). */
 export const NO_REPLY: unique symbol = Symbol.for('nestjs-idempotency:no-reply');
@@ -54,8 +55,12 @@ export interface TransportAdapter {
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown;
   /** Where the key is expected, for the "missing key" message. */
   describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string;
-  /** The default principal (user, tenant) of the scope. */
-  principal(context: ExecutionContext): string | number | undefined;
+  /**
+   * The default principal (user, tenant) of the scope: an `IdempotencyPrincipal` (typed,
+   * with its source), a string or number (taken as the `scope` option's), or `undefined`
+   * for an anonymous caller.
+   */
+  principal(context: ExecutionContext): IdempotencyPrincipal | string | number | undefined;
   /** The default fingerprint material. */
   fingerprintMaterial(context: ExecutionContext): unknown;
   captureValue(context: ExecutionContext, value: unknown, config: ResolvedHandlerConfig): StoredOutcome;

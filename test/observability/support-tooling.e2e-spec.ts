@@ -1,6 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { IdempotencyService, MemoryIdempotencyStore } from '../../lib/index.js';
+import { IdempotencyPrincipal, IdempotencyService, MemoryIdempotencyStore } from '../../lib/index.js';
 import { deserializeOutcome, decodeValue } from '../../lib/core/index.js';
 import { createHttpApp, sleep, type Effects } from '../nest/http-app.js';
 
@@ -12,6 +12,8 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
   let effects: Effects;
   let service: IdempotencyService;
   const operation = 'POST /charges';
+  // request.user = { id: 'user-7' } (the test guard): the default principal is typed and names its source.
+  const user7 = IdempotencyPrincipal.of('user.id', 'user-7');
   const key = `support-${process.pid}-${Date.now()}`;
 
   beforeAll(async () => {
@@ -27,7 +29,7 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
     const done = running.then((r) => r);
     let inFlight;
     for (let i = 0; i < 300 && !inFlight; i++) {
-      inFlight = await service.inspect(key, { operation, principal: 'user-7' });
+      inFlight = await service.inspect(key, { operation, principal: user7 });
       if (!inFlight) await sleep(10);
     }
     expect(inFlight).toMatchObject({ status: 'in_progress' });
@@ -35,7 +37,7 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
 
     const first = await done;
     expect(first.status).toBe(201);
-    const record = await service.inspect(key, { operation, principal: 'user-7' });
+    const record = await service.inspect(key, { operation, principal: user7 });
     expect(record?.status).toBe('completed');
     if (record?.status !== 'completed') return;
     expect(record.expiresAt).toBeGreaterThan(Date.now());
@@ -46,14 +48,16 @@ describe('inspect() and forget() on an HTTP handler, as documented for support s
     expect(decodeValue(outcome.value)).toEqual(first.body);
 
     // Another user's scope, or no principal, is another record.
-    expect(await service.inspect(key, { operation, principal: 'user-8' })).toBeUndefined();
+    expect(await service.inspect(key, { operation, principal: IdempotencyPrincipal.of('user.id', 'user-8') })).toBeUndefined();
     expect(await service.inspect(key, { operation })).toBeUndefined();
+    // A scope option's 'user-7' is another source than request.user.id: another record.
+    expect(await service.inspect(key, { operation, principal: 'user-7' })).toBeUndefined();
   });
 
   it('forget() lets the next request with that key run the handler again', async () => {
     const before = effects.count('charge');
-    expect(await service.forget(key, { operation, principal: 'user-7' })).toBe(true);
-    expect(await service.forget(key, { operation, principal: 'user-7' })).toBe(false);
+    expect(await service.forget(key, { operation, principal: user7 })).toBe(true);
+    expect(await service.forget(key, { operation, principal: user7 })).toBe(false);
     const again = await request(app.getHttpServer())
       .post('/charges')
       .set('Idempotency-Key', key)

@@ -23,7 +23,8 @@ import {
 } from '../transport.js';
 import { GRAPHQL_REFUSALS, graphqlResolverKindOf } from './graphql-resolver.js';
 import { captureShaped, restoreShaped, UnshapeableValueError } from './replay-shape.js';
-import { principalOfUser } from '../../principal.js';
+import { principalOfIdentity, type IdempotencyPrincipal } from '../../principal.js';
+import { httpPrincipalOf } from '../http/http-principal.js';
 import { problemOf } from '../../problem.js';
 import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
 
@@ -153,18 +154,25 @@ export class GraphqlTransportAdapter implements Transport {
 
   /**
    * Who is asking: the id of the GraphQL context's `user` (where an Apollo or Mercurius
-   * context factory, a graphql-ws `onConnect` or an auth guard puts it) and of
-   * `request.user` (Passport on the HTTP request), read as on HTTP (see `principalOfUser`).
-   * Either alone is the principal; both must name the same one, or the mutation is
-   * refused: which of two identities is the caller is the application's decision (the
-   * `scope` option), never a guess that could hand one user's record to another.
+   * context factory, a graphql-ws `onConnect` or an auth guard puts it) and the caller of
+   * the HTTP request (`request.user`, `request.auth`, read as on HTTP: see
+   * `httpPrincipalOf`, which also refuses credentials that identify no one). Either alone
+   * is the principal; both must name the same identity, or the mutation is refused: which
+   * of two identities is the caller is the application's decision (the `scope` option),
+   * never a guess that could hand one user's record to another.
    */
-  principal(context: ExecutionContext): string | number | undefined {
-    const fromRequest = principalOfUser(requestOf(context)?.user, 'mutation', SCOPE_EXAMPLE);
+  principal(context: ExecutionContext): IdempotencyPrincipal | undefined {
+    const request = requestOf(context);
     const user = contextOf(context)?.user;
-    if (user === undefined || user === null || user === false || user === requestOf(context)?.user) return fromRequest;
-    const fromContext = principalOfUser(user, 'mutation', SCOPE_EXAMPLE, "the GraphQL context's user");
-    if (fromRequest === undefined || String(fromRequest) === String(fromContext)) return fromContext;
+    const fromContext =
+      user === undefined || user === null || user === false || user === request?.user
+        ? undefined
+        : principalOfIdentity(user, 'context.user', 'mutation', SCOPE_EXAMPLE);
+    // The context's user is the caller when the HTTP request names none: its credentials were read by the context factory.
+    const contextOnly = fromContext !== undefined && request?.user === undefined && request?.auth === undefined;
+    const fromRequest = contextOnly ? undefined : httpPrincipalOf(request, 'mutation', SCOPE_EXAMPLE);
+    if (!fromContext) return fromRequest;
+    if (fromRequest === undefined || fromRequest.identity === fromContext.identity) return fromRequest ?? fromContext;
     throw new IdempotencyConfigurationError(
       "@Idempotent() cannot tell who sent this mutation: the GraphQL context's user and request.user identify different principals.",
       `Put one user in the GraphQL context (e.g. context: ({ req }) => ({ req, user: req.user })), or say which one scopes the key: @Idempotent({ scope: ${SCOPE_EXAMPLE} }) or the same \`scope\` option in IdempotencyModule.forRoot().`,

@@ -7,6 +7,8 @@ export interface HttpRequestLike extends BodyCarrier {
   params?: unknown;
   query?: unknown;
   user?: unknown;
+  auth?: unknown;
+  session?: unknown;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 // `.js` so that Node's ESM loader finds it on Nest 11 (no exports map) and 12.
 import { METHOD_METADATA, PATH_METADATA, VERSION_METADATA } from '@nestjs/common/constants.js';
+import { hostPartOf, type HostRoutedRequest } from './host-operation.js';
 
 /** Nest's RequestMethod enum, by value, for the metadata fallback. */
 const REQUEST_METHODS = [
@@ -22,7 +23,7 @@ const REQUEST_METHODS = [
   'UNLOCK',
 ];
 
-interface RoutedRequest {
+interface RoutedRequest extends HostRoutedRequest {
   method?: string;
   baseUrl?: string;
   /** Express: the matched route, whose `path` is the template as registered (global prefix and URI version included). */
@@ -47,8 +48,9 @@ export function routeOperationOf(context: ExecutionContext): string {
   const template = routeTemplateOf(request) ?? routeTemplateFromMetadata(context);
   const version = versionOf(context.getHandler(), context.getClass());
   const method = (request?.method ?? 'ANY').toUpperCase();
-  if (version === undefined || versionInPath(template, version)) return `${method} ${template}`;
-  return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}`;
+  const host = hostPartOf(context.getHandler(), context.getClass(), request);
+  if (version === undefined || versionInPath(template, version)) return `${method} ${template}${host}`;
+  return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}${host}`;
 }
 
 type Version = string | symbol | Array<string | symbol>;
