@@ -31,6 +31,13 @@ export interface EncodedError {
   readonly props?: Record<string, unknown>;
   /** The constructor names of its prototype chain, nearest first (records before 0.5 have none). */
   readonly chain?: readonly string[];
+  /**
+   * Own enumerable properties of the error as JSON keeps them, where `props` holds the
+   * transport's own view of the answer instead (HTTP: `props.body`, what Nest's default
+   * handling answers; GraphQL: `props.status` and `body`, or `extensions`). A replay
+   * rebuilds the error from `fields` when they are present.
+   */
+  readonly fields?: Record<string, unknown>;
 }
 
 export type StoredOutcome =
@@ -112,16 +119,42 @@ export function encodeError(error: unknown): EncodedError {
 }
 
 /**
- * Rebuilds a cached error with the original name, message and properties, on the
- * prototype of the first class of its chain that `classes` lists (`cacheErrors:
- * [DeclinedError]`) or that is built in (`RangeError`), else `Error`'s.
+ * A cached error as a JSON wire (HTTP, GraphQL) stores it, so that a replay can throw it
+ * again for the application's exception filters: its name, message, class chain, and its
+ * own fields (`fields`) each as JSON keeps it. A field JSON cannot hold (a cycle, a
+ * `bigint`) is left out rather than the whole error; a thrown value that is no `Error`
+ * keeps its text, with an empty chain.
+ */
+export function encodeJsonError(error: unknown): EncodedError {
+  if (!(error instanceof Error)) return { name: 'Error', message: String(error), chain: [] };
+  const fields: Record<string, unknown> = {};
+  for (const key of Object.keys(error)) {
+    try {
+      const text = JSON.stringify((error as unknown as Record<string, unknown>)[key]);
+      if (text !== undefined) fields[key] = JSON.parse(text) as unknown;
+    } catch {
+      // Left out: the rest of the error still replays.
+    }
+  }
+  return { name: error.name, message: error.message, chain: errorChainOf(error), fields };
+}
+
+/**
+ * Rebuilds a cached error with the original name, message and properties (`fields`, else
+ * `props`), on the prototype of the first class of its chain that `classes` lists
+ * (`cacheErrors: [DeclinedError]`) or that is built in (`RangeError`), else `Error`'s.
+ * No constructor runs.
  */
 export function decodeError(encoded: EncodedError, classes?: readonly ErrorClass[]): Error {
   const error = new Error(encoded.message);
-  const prototype = errorPrototypeFor(encoded.chain ?? [encoded.name], classes);
+  const prototype = errorPrototypeFor(encoded.chain?.length ? encoded.chain : [encoded.name], classes);
   if (prototype !== Error.prototype) Object.setPrototypeOf(error, prototype);
-  Object.assign(error, encoded.props ?? {});
-  Object.defineProperty(error, 'name', { value: encoded.name, enumerable: false, configurable: true, writable: true });
+  const own = encoded.fields ?? encoded.props ?? {};
+  Object.assign(error, own);
+  // An own `name` (HttpException sets one) stays as the original had it.
+  if (!Object.prototype.hasOwnProperty.call(own, 'name')) {
+    Object.defineProperty(error, 'name', { value: encoded.name, enumerable: false, configurable: true, writable: true });
+  }
   return error;
 }
 

@@ -1,5 +1,6 @@
 import {
   Body,
+  Catch,
   Controller,
   HttpException,
   Injectable,
@@ -9,8 +10,10 @@ import {
   Req,
   UploadedFile,
   UseInterceptors,
+  type ArgumentsHost,
   type CallHandler,
   type CanActivate,
+  type ExceptionFilter,
   type ExecutionContext,
   type NestInterceptor,
   type Type,
@@ -80,6 +83,29 @@ export class EnvelopeInterceptor implements NestInterceptor {
   }
 }
 
+/** A domain error (no HttpException) that the application's own exception filter answers. */
+export class CardDeclinedError extends Error {
+  constructor(readonly run: number) {
+    super('card declined');
+  }
+}
+
+/**
+ * The application's global exception filter (APP_FILTER) for `CardDeclinedError`: 402
+ * with a body of its own, written by the filter itself (Express `res.status().json()`,
+ * Fastify `reply.status().send()`).
+ */
+@Catch(CardDeclinedError)
+export class CardDeclinedFilter implements ExceptionFilter {
+  catch(error: CardDeclinedError, host: ArgumentsHost): void {
+    const reply = host.switchToHttp().getResponse<{ status(code: number): { json?(body: unknown): void; send(body: unknown): void } }>();
+    const body = { code: 'card_declined', run: error.run };
+    const status = reply.status(402);
+    if (typeof status.json === 'function') status.json(body);
+    else status.send(body);
+  }
+}
+
 function answer(effects: Effects, operation: string, request: { user?: { id?: string } }, body: unknown): Answer & { body: unknown } {
   return { operation, principal: request.user?.id, run: effects.hit(operation), body };
 }
@@ -124,6 +150,12 @@ export function controllers(effects: Effects, platform: Platform, held: Hold): T
     @Idempotent({ cacheErrors: (error) => error instanceof HttpException && error.getStatus() === 402 })
     decline() {
       throw new HttpException({ message: 'card declined', run: effects.hit('POST /conf/declines') }, 402);
+    }
+
+    @Post('declined')
+    @Idempotent({ cacheErrors: [CardDeclinedError] })
+    declined() {
+      throw new CardDeclinedError(effects.hit('POST /conf/declined'));
     }
 
     @Post('account')
@@ -185,6 +217,7 @@ for (const operation of [
   'POST /conf/account',
   'POST /conf/held',
   'POST /conf/declines',
+  'POST /conf/declined',
   'POST /conf/steps',
   'POST /conf/mapped',
   'POST /conf/uploads',

@@ -1,5 +1,5 @@
 import { ClassSerializerInterceptor, Module, type INestApplication } from '@nestjs/common';
-import { APP_GUARD, APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
+import { APP_FILTER, APP_GUARD, APP_INTERCEPTOR, NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { IdempotencyInterceptor, IdempotencyModule } from '../../lib/index.js';
 import { Effects } from '../support/effects.js';
@@ -15,6 +15,7 @@ import {
 } from './conformance.js';
 import { entryId } from './drivers.js';
 import {
+  CardDeclinedFilter,
   RedisRecords,
   ROUTES,
   SECRET_HASH,
@@ -117,6 +118,17 @@ export function httpDriver(
       },
     },
     {
+      name: "a cached domain error (cacheErrors: [CardDeclinedError]) the application's global exception filter answers with 402: same bytes, status, replay header",
+      operation: 'POST /conf/declined',
+      input: {},
+      cachedError: true,
+      expectSame(first, replay) {
+        expect(first.status).toBe(402);
+        expect(json(first)).toEqual({ code: 'card_declined', run: expect.any(Number) });
+        expectSameHttp(first, replay);
+      },
+    },
+    {
       name: 'a JSON answer: same bytes, status, replay header',
       operation: 'POST /conf/refunds',
       input: { body: { amount: 5, note: 'ünïcødé ✓' } },
@@ -142,6 +154,7 @@ export function httpDriver(
         controllers: controllers(effects, platform, held),
         providers: [
           { provide: APP_GUARD, useClass: UserFromHeaderGuard },
+          { provide: APP_FILTER, useClass: CardDeclinedFilter },
           { provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor },
           ...(options.interceptor ? [{ provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor }] : []),
         ],

@@ -1,4 +1,4 @@
-import { HttpException, type ExecutionContext } from '@nestjs/common';
+import type { ExecutionContext, HttpException } from '@nestjs/common';
 import { isThenable } from '../../../core/thenable.js';
 import {
   IdempotencyConfigurationError,
@@ -7,8 +7,9 @@ import {
   type IdempotencyError,
 } from '../../../core/errors.js';
 import { parseIdempotencyKeyHeader } from '../../../core/key.js';
-import { decodeValue, valueOutcome, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
+import { decodeValue, encodeJsonError, valueOutcome, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
 import { REPLAYED_HEADER } from '../../idempotency.constants.js';
+import { replayedError, replayedHttpErrorOf06 } from '../../replayed-error.js';
 import { principalOfUser } from '../../principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from '../../problem.js';
 import type { IdempotentOptions } from '../../idempotency.options.js';
@@ -124,23 +125,28 @@ export class HttpTransportAdapter implements Transport {
     return valueOutcome(value, 'json', this.meta(response, response.statusCode, config));
   }
 
+  /**
+   * A cached error (`cacheErrors`), as the replay throws it again to the application's
+   * exception filters: its class chain, name, message and own fields (see
+   * `replayedError`). `props.body` and the status are what Nest's default handling
+   * answers (the HttpException's body and status, else 500), for `inspect()` and for
+   * 0.6.x instances replaying the record during an upgrade.
+   */
   captureError(context: ExecutionContext, error: unknown, config: ResolvedHandlerConfig): StoredOutcome {
     const response = responseOf(context);
     const http = asHttpException(error);
     const status = http ? http.getStatus() : 500;
     const body = http ? http.getResponse() : { statusCode: 500, message: 'Internal server error' };
-    return {
-      kind: 'error',
-      error: {
-        name: http ? (error as Error).name : 'InternalServerErrorException',
-        message: http ? (error as Error).message : 'Internal server error',
-        props: { body },
-      },
-      meta: this.meta(response, status, config),
-    };
+    return { kind: 'error', error: { ...encodeJsonError(error), props: { body } }, meta: this.meta(response, status, config) };
   }
 
-  replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
+  /**
+   * The stored answer, marked `Idempotent-Replayed: true` with its stored headers. A
+   * cached error is thrown again, rebuilt on its class, so that the exception filters that
+   * answered the first caller answer the same (and, from the outermost interceptor, no
+   * interceptor of the application maps it again).
+   */
+  replay(context: ExecutionContext, outcome: StoredOutcome, config?: ResolvedHandlerConfig): unknown {
     const response = responseOf(context);
     if (outcome.kind === 'unstorable') {
       throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
@@ -149,8 +155,9 @@ export class HttpTransportAdapter implements Transport {
     for (const [name, value] of Object.entries(meta.headers ?? {})) setHeader(response, name, value);
     setHeader(response, REPLAYED_HEADER, 'true');
     if (outcome.kind === 'error') {
-      const body = outcome.error.props?.body as string | Record<string, unknown>;
-      throw new HttpException(body, meta.status ?? 500);
+      const listed = config?.policy.errorClasses;
+      // Records of 0.6.x have no chain: their body and status, as then.
+      throw outcome.error.chain ? replayedError(outcome.error, listed) : replayedHttpErrorOf06(outcome.error, meta.status ?? 500, listed);
     }
     if (meta.status) response.status(meta.status);
     return decodeValue(outcome.value);
