@@ -6,6 +6,7 @@ export interface RecommendedRedisOptions {
   maxRetriesPerRequest: number;
   commandTimeout: number;
   connectTimeout: number;
+  socketTimeout: number;
   retryStrategy: (times: number) => number;
 }
 
@@ -15,6 +16,14 @@ export interface RecommendedRedisOptionsInput {
   commandTimeout?: number;
   /** Longest wait for a TCP connection, ms (ioredis `connectTimeout`). @default 2000 */
   connectTimeout?: number;
+  /**
+   * Longest silence of a connection that has commands waiting for their replies (its
+   * handshake included), ms, after which the connection counts as dead: ioredis destroys
+   * it and reconnects (ioredis `socketTimeout`). A path that drops every packet without a
+   * reset (a NAT or firewall that lost its state) leaves the socket open for the kernel's
+   * ~15 minutes otherwise. @default the larger of 2000 and `commandTimeout`
+   */
+  socketTimeout?: number;
   /** Longest pause between two reconnection attempts, ms. @default 1000 */
   maxReconnectDelay?: number;
 }
@@ -26,6 +35,9 @@ export interface RecommendedRedisOptionsInput {
  *   queueing (a queued claim would run minutes later and lock its key for nobody).
  * - `maxRetriesPerRequest: 1`: a command caught by a dropped connection is retried once.
  * - `commandTimeout`: a hung or partitioned server fails the command instead of the request hanging.
+ * - `socketTimeout`: a connection on which nothing came back for that long while commands
+ *   waited is destroyed and opened again, so the client never stays on a dead socket
+ *   (a path that silently drops packets).
  * - `retryStrategy`: reconnect forever with a capped backoff, so the client heals by
  *   itself when Redis returns (ioredis never gives up while this returns a number).
  *
@@ -41,13 +53,16 @@ export interface RecommendedRedisOptionsInput {
 export function recommendedRedisOptions(input: RecommendedRedisOptionsInput = {}): RecommendedRedisOptions {
   checkWholeNumber('recommendedRedisOptions', 'commandTimeout', input.commandTimeout, { unit: 'ms', example: '1_000' });
   checkWholeNumber('recommendedRedisOptions', 'connectTimeout', input.connectTimeout, { unit: 'ms', example: '2_000' });
+  checkWholeNumber('recommendedRedisOptions', 'socketTimeout', input.socketTimeout, { unit: 'ms', example: '2_000' });
   checkWholeNumber('recommendedRedisOptions', 'maxReconnectDelay', input.maxReconnectDelay, { unit: 'ms', example: '1_000' });
   const maxReconnectDelay = input.maxReconnectDelay ?? 1_000;
+  const commandTimeout = input.commandTimeout ?? 1_000;
   return {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
-    commandTimeout: input.commandTimeout ?? 1_000,
+    commandTimeout,
     connectTimeout: input.connectTimeout ?? 2_000,
+    socketTimeout: input.socketTimeout ?? Math.max(2_000, commandTimeout),
     retryStrategy: (times) => Math.min(times * 100, maxReconnectDelay),
   };
 }

@@ -64,6 +64,7 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
  *   e  leaseExpiresAt or expiresAt, epoch ms from the Redis server clock
  *   f  fingerprint (optional)
  *   r  serialized result (completed only)
+ *   x  the token of a claim released before it arrived (RELEASE on an absent record)
  * Each script touches that one key, so every primitive is one atomic round trip and
  * every script stays within one Cluster hash slot.
  */
@@ -72,7 +73,12 @@ const FIELDS = `'s', 't', 'e', 'f', 'r'`;
 const CLAIM = new LuaScript(
   'claim',
   `${LUA_NOW_MS}
-local existing = redis.call('HMGET', KEYS[1], ${FIELDS})
+local existing = redis.call('HMGET', KEYS[1], ${FIELDS}, 'x')
+if existing[6] == ARGV[1] then
+  -- This claim's caller was told it failed and has undone it already (RELEASE left the
+  -- marker): it arrives late (held in a socket, resent after a reconnection), for nobody.
+  return {0, 'p', ARGV[1], '0'}
+end
 if existing[1] == 'p' and existing[2] == ARGV[1] then
   -- This very claim, sent again (the client resent it after its reply was lost): it is ours.
   return {1, existing[3]}
@@ -106,9 +112,19 @@ return 1
 `,
 );
 
+// On an absent record, the release of a claim that failed for its caller may have
+// overtaken that claim (a command held in a dead socket, or resent by the client after
+// it reconnected): the marker 'x' (the token, for RELEASED_MARKER_MS) makes that claim,
+// should it arrive, lock nothing.
+const RELEASED_MARKER_MS = 300_000;
 const RELEASE = new LuaScript(
   'release',
   `local lease = redis.call('HMGET', KEYS[1], 's', 't')
+if not lease[1] then
+  redis.call('HSET', KEYS[1], 'x', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ${RELEASED_MARKER_MS})
+  return 0
+end
 if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1

@@ -4,7 +4,7 @@
  * the run records (answers of its phase), never on a sleep that must land in a window, and
  * returns its figures for the caller to print or tabulate.
  */
-import { expectFaultRun, FaultRun, isSuccess, untilOutcomes, type FaultReport } from './run.js';
+import { expectFaultRun, FaultRun, isSuccess, sleep, untilOutcomes, type FaultReport } from './run.js';
 
 export interface FaultFigures {
   readonly report: FaultReport;
@@ -25,8 +25,11 @@ async function warmUp(run: FaultRun): Promise<void> {
  * How long after the heal of a fault that dropped connections (resets) the probe may be
  * refused: each client is reconnecting with its backoff (recommendedRedisOptions():
  * at most `maxReconnectDelay`, 1 s), then connects and reports ready; until then the
- * store refuses at once, as documented (no offline queue). A stall or a slow path drops
- * no connection, so their probe gets one attempt: the path must work at once.
+ * store refuses at once, as documented (no offline queue). A slow path drops no
+ * connection, so its probe gets one attempt: the path must work at once. Neither does a
+ * stall shorter than the clients' socket timeout; a longer one looks like a dead path
+ * (a blackhole) to them, so they drop their connections and reconnect after the heal
+ * (issue 42): the stall's probe gets this bound too, and a SQL pool needs none of it.
  */
 const RECONNECT_BOUND_MS = 2_000;
 
@@ -78,7 +81,7 @@ export async function stalledPath(run: FaultRun, answers = 8): Promise<FaultFigu
     30_000,
     `${answers} answers to requests sent during the stall`,
   );
-  const figures = await afterHeal(run, 'stalled');
+  const figures = await afterHeal(run, 'stalled', { reconnectMs: RECONNECT_BOUND_MS });
   expect(figures.during.unavailable503).toBeGreaterThanOrEqual(answers);
   return figures;
 }
@@ -116,6 +119,36 @@ export async function resetReplies(run: FaultRun, fault = { afterBytes: 5, proba
   const resets = run.store.proxies.reduce((n, proxy) => n + proxy.stats.reset, 0);
   const figures = await afterHeal(run, 'reset', { reconnectMs: RECONNECT_BOUND_MS });
   expect(resets).toBeGreaterThan(0);
+  return figures;
+}
+
+/**
+ * Longest time from the heal of a blackhole to a new key's 201 (issue 42): each client
+ * has to notice that its connections are dead (a socket timeout, the store's watchdog, a
+ * pool that destroys what a deadline caught), then reconnect.
+ */
+export const BLACKHOLE_RECOVERY_BOUND_MS = 5_000;
+
+/**
+ * Every path blackholed (the bytes of the open connections, and of those made during the
+ * fault, dropped for good) until `answers` requests sent during it were answered and, when
+ * the clients reconnect meanwhile, until a connection made during the fault was caught
+ * too (at most `reconnectWaitMs`); then the heal. A new key must get its 201 within
+ * `BLACKHOLE_RECOVERY_BOUND_MS`: the figures' `probe.durationMs` is the time to recovery.
+ */
+export async function blackholedPath(run: FaultRun, answers = 8, reconnectWaitMs = 8_000): Promise<FaultFigures> {
+  await warmUp(run);
+  const blackholed = () => run.store.proxies.reduce((n, proxy) => n + proxy.stats.blackholed, 0);
+  let caughtOpen = 0;
+  await run.fault('blackhole', () => {
+    run.store.proxies.forEach((proxy) => proxy.blackhole());
+    caughtOpen = blackholed();
+  });
+  await untilOutcomes(run, (o) => o.phase === 'blackhole' && o.status === 503, answers, 30_000, `${answers} answers during the blackhole`);
+  const deadline = Date.now() + reconnectWaitMs;
+  while (blackholed() === caughtOpen && Date.now() < deadline) await sleep(20);
+  const figures = await afterHeal(run, 'blackhole', { reconnectMs: BLACKHOLE_RECOVERY_BOUND_MS });
+  expect(figures.during.unavailable503).toBeGreaterThanOrEqual(answers);
   return figures;
 }
 

@@ -1,0 +1,36 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { RedisIdempotencyStore, recommendedRedisOptions } from '../../lib/redis/index.js';
+
+// A claim that failed for its caller is undone by a release (core/orphan-claims.ts). When
+// the connection that carried the claim is dropped, the client may send the claim again
+// after it reconnects (ioredis resends unfulfilled commands; a Cluster retries a command
+// whose connection closed), after that release: the release leaves a marker, so the late
+// claim locks nothing (issue 42; before it, the key stayed locked for a lease).
+describe('RedisIdempotencyStore: a claim that arrives after its own release', () => {
+  const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, ...recommendedRedisOptions() });
+  const store = new RedisIdempotencyStore(client, { prefix: `test:late:${randomUUID()}:` });
+  beforeAll(() => store.verify());
+  afterAll(() => client.disconnect());
+
+  it('locks nothing, and the key is claimed at once by the retry with its own token', async () => {
+    const key = randomUUID();
+    expect(await store.release(key, 'late')).toBe(false);
+    const late = await store.claim(key, { token: 'late', leaseTtl: 30_000 });
+    expect(late.claimed).toBe(false);
+    expect(await store.get(key)).toBeUndefined();
+    const retry = await store.claim(key, { token: 'retry', leaseTtl: 30_000 });
+    expect(retry).toMatchObject({ claimed: true, record: { status: 'in_progress', leaseToken: 'retry' } });
+    expect(await store.complete(key, 'retry', { result: 'r', ttl: 30_000 })).toBe(true);
+    expect(await store.get(key)).toMatchObject({ status: 'completed', result: 'r', leaseToken: 'retry' });
+  });
+
+  it('leaves a claim that arrived first to the release as before', async () => {
+    const key = randomUUID();
+    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(true);
+    expect(await store.release(key, 'other')).toBe(false);
+    expect(await store.release(key, 'a')).toBe(true);
+    expect(await store.get(key)).toBeUndefined();
+    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(true);
+  });
+});
