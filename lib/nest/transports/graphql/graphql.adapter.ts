@@ -3,6 +3,7 @@ import {
   IdempotencyConfigurationError,
   IdempotencyNotReplayableError,
   decodeValue,
+  encodeJsonError,
   encodeValue,
   unstorableReason,
   type IdempotencyError,
@@ -26,6 +27,7 @@ import { captureShaped, restoreShaped, UnshapeableValueError } from './replay-sh
 import { principalOfIdentity, type IdempotencyPrincipal } from '../../principal.js';
 import { httpPrincipalOf } from '../http/http-principal.js';
 import { problemOf } from '../../problem.js';
+import { replayedError } from '../../replayed-error.js';
 import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
 
 /** The parts of graphql-js's `GraphQLResolveInfo` read here (the `graphql` package itself is never loaded). */
@@ -204,33 +206,32 @@ export class GraphqlTransportAdapter implements Transport {
     return { kind: 'value', value: encodeValue(shaped) };
   }
 
-  /** A cached error (`cacheErrors`): an HttpException by its status and body, any other by its message and `extensions`. */
+  /**
+   * A cached error (`cacheErrors`), as the replay throws it again to the application's
+   * exception filters (`GqlExceptionFilter`s turning a domain error into a `GraphQLError`):
+   * its class chain, name, message and own fields (see `replayedError`). `props` keeps
+   * what 0.6.x stored (an HttpException's status and body, else `extensions`), for
+   * instances of that version during an upgrade.
+   */
   captureError(_context: ExecutionContext, error: unknown): StoredOutcome {
+    const encoded = encodeJsonError(error);
     const http = error as Partial<HttpException> | null;
     if (http && typeof http.getStatus === 'function' && typeof http.getResponse === 'function') {
-      return {
-        kind: 'error',
-        error: {
-          name: (error as Error).name,
-          message: (error as Error).message,
-          props: { status: http.getStatus(), body: http.getResponse() },
-        },
-      };
+      return { kind: 'error', error: { ...encoded, props: { status: http.getStatus(), body: http.getResponse() } } };
     }
     const extensions = (error as { extensions?: unknown } | null)?.extensions;
     return {
       kind: 'error',
-      error: {
-        name: error instanceof Error ? error.name : 'Error',
-        message: error instanceof Error ? error.message : String(error),
-        props: typeof extensions === 'object' && extensions !== null ? { extensions: { ...extensions } } : {},
-      },
+      error: { ...encoded, props: typeof extensions === 'object' && extensions !== null ? { extensions: { ...extensions } } : {} },
     };
   }
 
-  replay(context: ExecutionContext, outcome: StoredOutcome): unknown {
+  replay(context: ExecutionContext, outcome: StoredOutcome, config?: ResolvedHandlerConfig): unknown {
     if (outcome.kind === 'value') return restoreShaped(withDates(decodeValue(outcome.value)), infoOf(context));
     if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
+    // Rebuilt on its class, so that the filter that answered the first caller answers again.
+    if (outcome.error.chain) throw replayedError(outcome.error, config?.policy.errorClasses);
+    // A record of 0.6.x: as then.
     const props = outcome.error.props ?? {};
     if (typeof props.status === 'number' && props.body !== undefined) {
       throw new HttpException(props.body as string | Record<string, unknown>, props.status);

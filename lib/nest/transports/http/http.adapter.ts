@@ -10,7 +10,7 @@ import { parseIdempotencyKeyHeader } from '../../../core/key.js';
 import { decodeValue, encodeJsonError, valueOutcome, type OutcomeMeta, type StoredOutcome } from '../../../core/outcome.js';
 import { REPLAYED_HEADER } from '../../idempotency.constants.js';
 import { replayedError, replayedHttpErrorOf06 } from '../../replayed-error.js';
-import { principalOfUser } from '../../principal.js';
+import type { IdempotencyPrincipal } from '../../principal.js';
 import { setHeader, toProblemHttpException, type HttpResponseLike } from '../../problem.js';
 import type { IdempotentOptions } from '../../idempotency.options.js';
 import type { ResolvedHandlerConfig } from '../../transport.adapter.js';
@@ -23,6 +23,7 @@ import {
   type Transport,
 } from '../transport.js';
 import { hiddenBodyMaterial } from './http-body-material.js';
+import { httpPrincipalOf } from './http-principal.js';
 import { requestOf, responseOf } from './http-request.js';
 import { declaredHttpMethodOf, routeOperationOf } from './route-operation.js';
 
@@ -99,9 +100,9 @@ export class HttpTransportAdapter implements Transport {
     return describeHeaderKeySource(config.options);
   }
 
-  /** Who is asking: `request.user`'s id (see `principalOfUser`). */
-  principal(context: ExecutionContext): string | number | undefined {
-    return principalOfUser(requestOf(context).user, 'request', '(ctx) => ctx.switchToHttp().getRequest().user.accountId');
+  /** Who is asking: `request.user` and `request.auth`, typed; credentials without either are refused (see `httpPrincipalOf`). */
+  principal(context: ExecutionContext): IdempotencyPrincipal | undefined {
+    return httpPrincipalOf(requestOf(context), 'request', '(ctx) => ctx.switchToHttp().getRequest().user.accountId');
   }
 
   /**
