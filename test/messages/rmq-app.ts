@@ -30,7 +30,7 @@ export class ConsumerEnv {
 
   /**
    * Resolves once a duplicate of `messageId` has arrived while the first delivery runs.
-   * `operation` is the scope of the handler's keys: transport and pattern (`rmq refund.requested`).
+   * `operation` is the scope of the handler's keys: transport, queue and pattern (`rmq queue=idem-refunds-1 refund.requested`).
    */
   async duplicateArrived(operation: string, messageId: string): Promise<void> {
     const key = storageKeyOf(scopeOf(operation), normalizeIdempotencyKey(messageId));

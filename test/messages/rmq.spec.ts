@@ -7,7 +7,9 @@ import { RABBITMQ_URL, RabbitProbe, TracingStore, uniqueName, waitFor } from './
 
 const REFUND = 'RefundsConsumer.refund';
 /** The scope of REFUND's keys. */
-const REFUND_OPERATION = 'rmq refund.requested';
+
+/** The scope of the refund handler's keys: transport, the queue that received the message, and the pattern. */
+const refundOperation = (queue: string) => `rmq queue=${queue} refund.requested`;
 
 describe('RabbitMQ: @EventPattern / @MessagePattern with @Idempotent({ ack: true })', () => {
   const queue = uniqueName('idem-refunds');
@@ -42,7 +44,7 @@ describe('RabbitMQ: @EventPattern / @MessagePattern with @Idempotent({ ack: true
   it('acks a delivery only after its result is stored, and a running duplicate only after the first completes', async () => {
     const messageId = uniqueName('refund');
     env.beforeRefund = async (data) => {
-      if (data.refundId === messageId) await env.duplicateArrived(REFUND_OPERATION, messageId);
+      if (data.refundId === messageId) await env.duplicateArrived(refundOperation(queue), messageId);
     };
     const traceStart = env.trace.length;
     probe.publish(queue, 'refund.requested', { refundId: messageId, amount: 10 }, { messageId });
@@ -196,7 +198,7 @@ describe('RabbitMQ: a redelivery while the first delivery still runs', () => {
       // the unacked delivery; the other instance receives it as a redelivery.
       firstDeliveryChannel = context.getChannelRef();
       await context.getChannelRef().close();
-      await env.duplicateArrived(REFUND_OPERATION, data.refundId);
+      await env.duplicateArrived(refundOperation(queue), data.refundId);
     };
     probe.publish(queue, 'refund.requested', { refundId: messageId, amount: 25 }, { messageId });
     await waitFor('the first handler to finish', () => env.events.some((e) => e.type === 'completed' && e.handler === REFUND));

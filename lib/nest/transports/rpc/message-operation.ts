@@ -1,5 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { canonicalJson } from '../../../core/index.js';
+import { messageConsumerOf } from './message-servers.js';
+import { rmqConsumerOf } from './rmq-consumers.js';
 
 // @nestjs/microservices is an optional peer, so its metadata keys (stable since Nest 8)
 // are written out rather than imported: an HTTP-only application need not install it.
@@ -21,15 +23,52 @@ export function declaredTransportOf(handler: Function): string | undefined {
 }
 
 /**
- * The operation of a message, the part of every key's scope that keeps two patterns
- * apart: `rmq refund.create`, the transport and the handler's declared pattern.
+ * The operation of a message, the part of every key's scope that keeps two consumers and
+ * two patterns apart: the transport, the consumer that received it, what it was received
+ * on, and the handler's declared pattern. `rmq queue=orders-eu refund.create` (the
+ * queue), `nats queue=workers orders.created` (the queue group, when the server or handler
+ * has one), `nats subject=orders.eu orders.*` and `mqtt topic=...`, `redis channel=...`
+ * (what a wildcard pattern matched, when it differs from the pattern), `kafka group=...`
+ * (the consumer group); `tcp refund.create` has none. Names, never addresses: two
+ * instances of one service consuming one queue share their records.
  */
 export function messageOperationOf(context: ExecutionContext): string {
   const message = typeof context.getArgByIndex === 'function' ? context.getArgByIndex<object | undefined>(1) : context.getArgs?.()[1];
   // RmqContext -> rmq, NatsContext -> nats, ...; gRPC hands no context object.
   const contextName = typeof message === 'object' && message !== null ? message.constructor?.name : undefined;
   const transport = contextName?.endsWith('Context') ? contextName.slice(0, -'Context'.length).toLowerCase() : context.getType();
-  return `${transport} ${declaredPatternOf(context)}`;
+  const pattern = declaredPatternOf(context);
+  return `${transport}${consumerPartOf(message, pattern)} ${pattern}`;
+}
+
+interface TransportContextLike {
+  getChannelRef?(): unknown;
+  getSubject?(): unknown;
+  getTopic?(): unknown;
+  getChannel?(): unknown;
+}
+
+function consumerPartOf(message: object | undefined, pattern: string): string {
+  if (typeof message !== 'object' || message === null) return '';
+  const context = message as TransportContextLike;
+  const consumer = messageConsumerOf(message);
+  let part = '';
+  const channel = typeof context.getChannelRef === 'function' ? context.getChannelRef() : undefined;
+  const queue = consumer?.queue ?? (typeof channel === 'object' && channel !== null ? rmqConsumerOf(channel)?.queue : undefined);
+  if (queue !== undefined) part += ' queue=' + queue;
+  else if (consumer?.queueGroup !== undefined) part += ' queue=' + consumer.queueGroup;
+  if (consumer?.group !== undefined) part += ' group=' + consumer.group;
+  for (const [name, read] of [
+    ['subject', context.getSubject],
+    ['topic', context.getTopic],
+    ['channel', context.getChannel],
+  ] as const) {
+    if (typeof read !== 'function') continue;
+    const received = read.call(context);
+    if (typeof received === 'string' && received !== pattern) part += ` ${name}=${received}`;
+    break;
+  }
+  return part;
 }
 
 /** The pattern part of a message operation, once per handler (and class, for the fallback): metadata never changes after boot. */

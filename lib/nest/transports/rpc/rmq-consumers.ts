@@ -1,3 +1,5 @@
+import { noteMessageConsumers } from './message-servers.js';
+
 /**
  * What a Nest RabbitMQ server was configured with, looked up by the channel a delivery
  * arrived on. A delivery carries no trace of its consumer's settings: auto-ack mode is
@@ -62,6 +64,7 @@ export function watchRmqConsumers(): Promise<void> {
   watching ??= import('@nestjs/microservices').then(
     (microservices) => {
       wrap((microservices as unknown as { ServerRMQ?: { prototype?: Record<string | symbol, unknown> } }).ServerRMQ?.prototype);
+      noteMessageConsumers(microservices as unknown as Record<string, unknown>);
       watched = true;
     },
     () => {
