@@ -75,43 +75,46 @@ async function start(interceptor: boolean): Promise<{ app: INestApplication; url
   return { app, url: `${(await app.getUrl()).replace('[::1]', '127.0.0.1')}/graphql` };
 }
 
-describe.each([false, true])('GraphQL: a cached error replays through the exception filters (IdempotencyInterceptor: %s)', (interceptor) => {
-  let app: INestApplication;
-  let url: string;
-  beforeAll(async () => {
-    ({ app, url } = await start(interceptor));
-  });
-  afterAll(async () => {
-    await app?.close();
-  });
+describe.each([false, true])(
+  'GraphQL: a cached error replays through the exception filters (IdempotencyInterceptor: %s)',
+  (interceptor) => {
+    let app: INestApplication;
+    let url: string;
+    beforeAll(async () => {
+      ({ app, url } = await start(interceptor));
+    });
+    afterAll(async () => {
+      await app?.close();
+    });
 
-  async function firstAndReplay(field: string) {
-    const key = randomUUID();
-    const runs = effects.count(field);
-    const first = await gql(url, `mutation { ${field} }`, { key });
-    const replay = await gql(url, `mutation { ${field} }`, { key });
-    expect(replay).toEqual(first);
-    expect(effects.count(field) - runs).toBe(1);
-    return first;
-  }
+    async function firstAndReplay(field: string) {
+      const key = randomUUID();
+      const runs = effects.count(field);
+      const first = await gql(url, `mutation { ${field} }`, { key });
+      const replay = await gql(url, `mutation { ${field} }`, { key });
+      expect(replay).toEqual(first);
+      expect(effects.count(field) - runs).toBe(1);
+      return first;
+    }
 
-  it('a domain error a global GqlExceptionFilter turns into a GraphQLError with its own code', async () => {
-    const first = await firstAndReplay('declined');
-    expect(first.errors).toEqual([
-      expect.objectContaining({
-        message: 'Your card was declined.',
-        extensions: expect.objectContaining({ code: 'CARD_DECLINED', decline: expect.stringMatching(/^insufficient_funds_\d+$/) }),
-      }),
-    ]);
-  });
+    it('a domain error a global GqlExceptionFilter turns into a GraphQLError with its own code', async () => {
+      const first = await firstAndReplay('declined');
+      expect(first.errors).toEqual([
+        expect.objectContaining({
+          message: 'Your card was declined.',
+          extensions: expect.objectContaining({ code: 'CARD_DECLINED', decline: expect.stringMatching(/^insufficient_funds_\d+$/) }),
+        }),
+      ]);
+    });
 
-  it("Nest's BadRequestException selected by a predicate, caught by the resolver's filter", async () => {
-    const first = await firstAndReplay('invalid');
-    expect(first.errors).toEqual([
-      expect.objectContaining({
-        message: expect.stringMatching(/^Invalid: amount too small/),
-        extensions: expect.objectContaining({ code: 'INVALID' }),
-      }),
-    ]);
-  });
-});
+    it("Nest's BadRequestException selected by a predicate, caught by the resolver's filter", async () => {
+      const first = await firstAndReplay('invalid');
+      expect(first.errors).toEqual([
+        expect.objectContaining({
+          message: expect.stringMatching(/^Invalid: amount too small/),
+          extensions: expect.objectContaining({ code: 'INVALID' }),
+        }),
+      ]);
+    });
+  },
+);

@@ -1,5 +1,7 @@
-import { IdempotencyInFlightError, type EncodedError, type IdempotencyError } from '../../../core/index.js';
+import { errorChainOf, type ErrorClass } from '../../../core/cached-errors.js';
+import { IdempotencyInFlightError, decodeError, encodeJsonError, type EncodedError, type IdempotencyError } from '../../../core/index.js';
 import { problemOf, type IdempotencyProblem } from '../../problem.js';
+import { replayedError } from '../../replayed-error.js';
 
 /**
  * What a microservice client receives as the error of a refused message: the fields of
@@ -76,9 +78,39 @@ export function isRpcExceptionLike(error: unknown): error is Error & { getError(
 
 const RPC_EXCEPTION_NAME = 'RpcException';
 
-/** Stores an `RpcException` by its payload, so a replay sends the client the same error. */
+/**
+ * Stores an `RpcException` by its payload, so a replay sends the client the same error;
+ * with its class chain and own fields, so that a subclass `cacheErrors` lists comes back as
+ * itself (a filter catching it catches the replay).
+ */
 export function encodeRpcException(error: Error & { getError(): string | object }): EncodedError {
-  return { name: RPC_EXCEPTION_NAME, message: error.message, props: { rpcError: error.getError() } };
+  return {
+    name: RPC_EXCEPTION_NAME,
+    message: error.message,
+    props: { rpcError: error.getError() },
+    chain: errorChainOf(error),
+    fields: encodeJsonError(error).fields,
+  };
+}
+
+/**
+ * A cached error, as a replay throws it again to the application's RPC exception filters
+ * (an `RpcExceptionFilter` or `BaseRpcExceptionFilter` subclass answering a domain error
+ * with a payload of its own): rebuilt on the nearest class of its chain that `cacheErrors`
+ * lists (see `replayedError`). An `RpcException` whose chain names no listed class is a
+ * new `RpcException` carrying the same payload, as before; `loadRpcException()` must have
+ * resolved.
+ */
+export function replayedRpcError(encoded: EncodedError, listed: readonly ErrorClass[] | undefined): Error {
+  if (!isEncodedRpcException(encoded)) return replayedError(encoded, listed);
+  const chain = encoded.chain ?? [];
+  const rpcError = encoded.props!.rpcError as string | object;
+  if (!listed?.some((type) => chain.includes(type.name))) return rpcExceptionOf(rpcError);
+  const fields = encoded.fields ?? { error: rpcError, message: encoded.message };
+  const error = decodeError({ ...encoded, fields }, listed);
+  // RpcException sets no name of its own: its class's is the one it had.
+  if (!Object.prototype.hasOwnProperty.call(fields, 'name')) delete (error as { name?: string }).name;
+  return error;
 }
 
 export function isEncodedRpcException(encoded: EncodedError): boolean {

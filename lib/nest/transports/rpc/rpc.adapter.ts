@@ -3,7 +3,6 @@ import {
   IdempotencyConfigurationError,
   IdempotencyErrorCode,
   IdempotencyNotReplayableError,
-  decodeError,
   decodeValue,
   encodeError,
   valueOutcome,
@@ -34,14 +33,7 @@ import {
 import { isWatchingRmqConsumers, rmqConsumerOf, watchRmqConsumers } from './rmq-consumers.js';
 import { declaredTransportOf, isMessageHandler, messageOperationOf } from './message-operation.js';
 import { DEFAULT_MAX_DELIVERIES } from './rmq-dead-letter.js';
-import {
-  encodeRpcException,
-  isEncodedRpcException,
-  isRpcExceptionLike,
-  loadRpcException,
-  rpcErrorBodyOf,
-  rpcExceptionOf,
-} from './rpc-error.js';
+import { encodeRpcException, isRpcExceptionLike, loadRpcException, replayedRpcError, rpcErrorBodyOf, rpcExceptionOf } from './rpc-error.js';
 
 export { isIdempotencyRpcError, type IdempotencyRpcError } from './rpc-error.js';
 
@@ -131,17 +123,16 @@ export class RpcTransportAdapter implements Transport {
     return { kind: 'error', error: isRpcExceptionLike(error) ? encodeRpcException(error) : encodeError(error) };
   }
 
-  async replay(context: ExecutionContext, outcome: StoredOutcome): Promise<unknown> {
+  async replay(context: ExecutionContext, outcome: StoredOutcome, config?: ResolvedHandlerConfig): Promise<unknown> {
     // Nobody waits for an event's result: a duplicate event is simply skipped.
     if (isEventHandler(context)) return NO_REPLY;
     if (outcome.kind === 'value') return decodeValue(outcome.value);
     await loadRpcException();
     if (outcome.kind === 'unstorable') throw this.toTransportError(context, new IdempotencyNotReplayableError(outcome.reason));
-    // A cached RpcException goes back to the client exactly as the first time; any
-    // other cached error becomes "Internal server error" again in Nest's RPC filter.
-    throw isEncodedRpcException(outcome.error)
-      ? rpcExceptionOf(outcome.error.props!.rpcError as string | object)
-      : decodeError(outcome.error);
+    // Thrown again to the application's RPC exception filters, on its class where
+    // cacheErrors lists it: the client gets what it got the first time (a cached
+    // RpcException its payload; an error no filter maps "Internal server error").
+    throw replayedRpcError(outcome.error, config?.policy.errorClasses);
   }
 
   prepareErrors(): Promise<unknown> {
