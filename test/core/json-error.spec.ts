@@ -15,7 +15,9 @@ describe('encodeJsonError / decodeError', () => {
       chain: ['DeclinedError', 'RangeError', 'Error'],
       fields: { code: 'card_declined', at: '2026-01-02T03:04:05.000Z' },
     });
-    const replayed = decodeError(deserializeOutcome(serializeOutcome({ kind: 'error', error: encoded })).error as never, [DeclinedError]);
+    const stored = deserializeOutcome(serializeOutcome({ kind: 'error', error: encoded }));
+    if (stored.kind !== 'error') throw new Error('expected an error outcome');
+    const replayed = decodeError(stored.error, [DeclinedError]);
     expect(replayed).toBeInstanceOf(DeclinedError);
     expect(replayed).toMatchObject({ message: 'declined', code: 'card_declined', at: '2026-01-02T03:04:05.000Z' });
     // Not listed: the nearest built-in class of its chain.
