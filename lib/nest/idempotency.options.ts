@@ -76,8 +76,10 @@ export interface IdempotentOptions {
   /**
    * Errors stored and replayed like a result, instead of releasing the key: a predicate
    * (`(e) => e instanceof HttpException && e.getStatus() < 500`), or the error classes
-   * whose instances are (`[CardDeclinedError]`). HTTP, RPC and GraphQL replay the error
-   * the caller got (status and body). In process (provider methods, jobs, events), a
+   * whose instances are (`[CardDeclinedError]`). HTTP, RPC and GraphQL throw the error
+   * again on a duplicate, rebuilt on the nearest class of its chain that is listed (else
+   * Nest's own exception class of that name, else `Error`), so the application's
+   * exception filters answer it as they answered the first caller. In process (provider methods, jobs, events), a
    * replay rethrows an instance of a listed class, with the stored name, message and
    * fields; an error a predicate selected comes back as the nearest built-in class of its
    * chain (`RangeError`, ..., else `Error`) with the stored name, message and fields.

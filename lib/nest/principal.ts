@@ -127,7 +127,8 @@ export const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
  * so two entity classes with colliding ids stay apart). Undefined when nothing is set;
  * a set identity whose id cannot be read is refused, because treating it as anonymous
  * would let one caller replay another's response. `scopeExample` shows the `scope` option
- * that reads the principal on this transport; `source` names where it was read.
+ * that reads the principal on this transport; `source` names where it was read in the
+ * principal, `where` in the refusal.
  */
 export function principalOfIdentity(
   identity: unknown,
@@ -135,6 +136,7 @@ export function principalOfIdentity(
   what: string,
   scopeExample: string,
   fields: readonly string[] = PRINCIPAL_FIELDS,
+  where = `request.${source}`,
 ): IdempotencyPrincipal | undefined {
   if (identity === undefined || identity === null || identity === false) return undefined;
   if (typeof identity === 'object' && !ArrayBuffer.isView(identity)) {
@@ -149,7 +151,7 @@ export function principalOfIdentity(
     if (id !== undefined) return IdempotencyPrincipal.typed(source, id);
   }
   throw new IdempotencyConfigurationError(
-    `@Idempotent() cannot tell who sent this ${what}: ${source} is set, but none of ${fields.map((f) => `${source}.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
+    `@Idempotent() cannot tell who sent this ${what}: ${where} is set, but none of ${fields.map((f) => `${where}.${f}`).join(', ')} holds an identity (a string, a number or an id object).`,
     `Tell it how to read the principal: @Idempotent({ scope: ${scopeExample} }) or the same \`scope\` option in IdempotencyModule.forRoot().`,
   );
 }

@@ -169,7 +169,8 @@ export class GraphqlTransportAdapter implements Transport {
     const fromContext =
       user === undefined || user === null || user === false || user === request?.user
         ? undefined
-        : principalOfIdentity(user, 'context.user', 'mutation', SCOPE_EXAMPLE);
+        : // The same source as request.user's: one user, wherever the app put it (a context factory copies it).
+          principalOfIdentity(user, 'user', 'mutation', SCOPE_EXAMPLE, undefined, "the GraphQL context's user");
     // The context's user is the caller when the HTTP request names none: its credentials were read by the context factory.
     const contextOnly = fromContext !== undefined && request?.user === undefined && request?.auth === undefined;
     const fromRequest = contextOnly ? undefined : httpPrincipalOf(request, 'mutation', SCOPE_EXAMPLE);
