@@ -1,6 +1,16 @@
-import { Controller, Module, type ExecutionContext, type INestApplication } from '@nestjs/common';
+import { Controller, Module, type ExecutionContext, type INestApplication, type INestMicroservice } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Ctx, EventPattern, Payload, Transport, type MicroserviceOptions, type NatsContext, type RmqContext } from '@nestjs/microservices';
+import {
+  Ctx,
+  EventPattern,
+  Payload,
+  Transport,
+  type MicroserviceOptions,
+  type MqttContext,
+  type NatsContext,
+  type RmqContext,
+} from '@nestjs/microservices';
+import { connectAsync as mqttConnectAsync, type MqttClient } from 'mqtt';
 import { connect, headers as natsHeaders, type NatsConnection } from 'nats';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '../../../lib/index.js';
 import { NATS_URL, RABBITMQ_URL, RabbitProbe, uniqueName, waitFor } from '../../messages/support.js';
@@ -9,7 +19,8 @@ import { NATS_URL, RABBITMQ_URL, RabbitProbe, uniqueName, waitFor } from '../../
  * The catalogue, messages: the consumer that received a message is part of what is asked.
  * One `@EventPattern()` consuming two RabbitMQ queues (two `connectMicroservice()` calls,
  * EU and US) runs a message of each, even with one `messageId`; two NATS queue groups on
- * one subject, and two subjects of one wildcard pattern, likewise. A redelivery to the
+ * one subject, two subjects of one wildcard pattern, and two MQTT topics of one wildcard,
+ * likewise. A redelivery to the
  * same consumer is still a duplicate.
  */
 
@@ -101,5 +112,56 @@ describe('message shapes: two queues, two queue groups, two subjects of one patt
     nats.publish('shipments.eu', event({ id: marker }), { headers: withKey(uniqueName('key')) });
     await waitFor('the marker after the duplicate', () => count(`nats shipments.eu ${marker}`) === 2);
     expect([count(`nats shipments.eu ${id}`), count(`nats shipments.us ${id}`)]).toEqual([2, 2]);
+  });
+});
+
+const MQTT_URL = process.env.TEST_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
+
+@Controller()
+class SensorsConsumer {
+  @EventPattern<string>('sensors/+/reading')
+  @Idempotent()
+  reading(@Payload() data: { id: string }, @Ctx() context: MqttContext): void {
+    seen.push(`mqtt ${context.getTopic()} ${data.id}`);
+  }
+}
+
+@Module({ imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })], controllers: [SensorsConsumer] })
+class SensorsModule {}
+
+describe('message shapes: two MQTT topics of one wildcard pattern', () => {
+  let app: INestMicroservice;
+  let client: MqttClient;
+
+  beforeAll(async () => {
+    app = await NestFactory.createMicroservice<MicroserviceOptions>(SensorsModule, {
+      transport: Transport.MQTT,
+      options: { url: MQTT_URL, protocolVersion: 5 },
+      logger: false,
+    });
+    await app.listen();
+    client = await mqttConnectAsync(MQTT_URL, { protocolVersion: 5 });
+  });
+  afterAll(async () => {
+    await client?.endAsync();
+    await app?.close();
+  });
+
+  it('sensors/7 and sensors/8 under sensors/+/reading are two operations; a redelivery to one topic is skipped', async () => {
+    const id = uniqueName('reading');
+    const key = uniqueName('key');
+    const publish = (topic: string, payloadId: string, k: string) =>
+      client.publishAsync(topic, JSON.stringify({ pattern: topic, data: { id: payloadId } }), {
+        qos: 1,
+        properties: { userProperties: { 'Idempotency-Key': k } },
+      });
+    await publish('sensors/7/reading', id, key);
+    await publish('sensors/8/reading', id, key);
+    await waitFor('both topics', () => count(`mqtt sensors/7/reading ${id}`) === 1 && count(`mqtt sensors/8/reading ${id}`) === 1);
+    await publish('sensors/7/reading', id, key);
+    const marker = uniqueName('reading');
+    await publish('sensors/7/reading', marker, uniqueName('key'));
+    await waitFor('the marker after the duplicate', () => count(`mqtt sensors/7/reading ${marker}`) === 1);
+    expect([count(`mqtt sensors/7/reading ${id}`), count(`mqtt sensors/8/reading ${id}`)]).toEqual([1, 1]);
   });
 });
