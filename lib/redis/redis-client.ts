@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { IdempotencyConfigurationError, IdempotencyStoreUnavailableError } from '../core/errors.js';
 import { checkWholeNumber } from '../core/options.js';
 import { TimerQueue, type TimerQueueItem } from '../core/timer-queue.js';
-import { adaptNodeRedis, type NodeRedisClientLike } from './node-redis-client.js';
+import { watchdogFor, type ConnectionWatchdog } from './connection-watchdog.js';
+import { adaptNodeRedis, NodeRedisAdapter, type NodeRedisClientLike } from './node-redis-client.js';
 
 type RedisArgument = string | number;
 
@@ -102,6 +103,12 @@ export class RedisScriptRunner {
   /** The client as this package calls it: ioredis as it is, node-redis through `NodeRedisAdapter`. */
   readonly client: RedisClientLike;
 
+  /**
+   * Drops the client's connection when a call timed out on a connection that answered
+   * nothing since (connection-watchdog.ts); undefined when `timeout` is 0.
+   */
+  readonly watchdog: ConnectionWatchdog | undefined;
+
   constructor(
     client: RedisClientLike | NodeRedisClientLike,
     options: RedisCallOptions,
@@ -118,6 +125,9 @@ export class RedisScriptRunner {
     checkWholeNumber(owner, 'timeout', options.timeout, { unit: 'ms', min: 0, example: '2_000' });
     this.timeout = options.timeout ?? DEFAULT_REDIS_TIMEOUT;
     this.deadlines = this.timeout === 0 ? undefined : new TimerQueue<PendingCall>(this.timeout, (call) => this.expire(call));
+    const raw = adapted instanceof NodeRedisAdapter ? adapted.client : adapted;
+    this.watchdog =
+      this.timeout === 0 ? undefined : watchdogFor(raw, adapted instanceof NodeRedisAdapter ? 'node-redis' : 'ioredis', this.timeout);
   }
 
   /**
@@ -141,21 +151,17 @@ export class RedisScriptRunner {
     } catch (error) {
       work = Promise.reject(error);
     }
-    const deadlines = this.deadlines;
-    if (!deadlines) return work;
-    return new Promise((resolve, reject) => {
-      const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
-      deadlines.watch(call, work, resolve, reject);
-    });
+    return this.watch(script.name, work);
   }
 
   /** Runs `script` on `key` (every script of this package touches exactly one key). */
   run(script: LuaScript, key: string, args: readonly RedisArgument[]): Promise<unknown> {
     const deadlines = this.deadlines;
     if (!deadlines) return this.send(script, key, args, undefined);
+    this.watchdog?.check();
     return new Promise((resolve, reject) => {
       const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
-      deadlines.watch(call, this.send(script, key, args, call), resolve, reject);
+      this.watchCall(deadlines, call, this.send(script, key, args, call), resolve, reject);
     });
   }
 
@@ -166,17 +172,48 @@ export class RedisScriptRunner {
     } catch (error) {
       pong = Promise.reject(error);
     }
+    return this.watch('ping', pong);
+  }
+
+  /** `work` under the call deadline, when there is one. */
+  private watch<T>(operation: string, work: Promise<T>): Promise<T> {
     const deadlines = this.deadlines;
-    if (!deadlines) return pong;
-    return new Promise((resolve, reject) => {
-      const call: PendingCall = { dueAt: 0, operation: 'ping', timedOut: false, reject };
-      deadlines.watch(call, pong, resolve, reject);
+    if (!deadlines) return work;
+    this.watchdog?.check();
+    return new Promise<T>((resolve, reject) => {
+      const call: PendingCall = { dueAt: 0, operation, timedOut: false, reject };
+      this.watchCall(deadlines, call, work, resolve as (value: unknown) => void, reject);
     });
+  }
+
+  /** The deadline of one call, and what its outcome tells the watchdog. */
+  private watchCall(
+    deadlines: TimerQueue<PendingCall>,
+    call: PendingCall,
+    work: Promise<unknown>,
+    resolve: (value: unknown) => void,
+    reject: (error: unknown) => void,
+  ): void {
+    const watchdog = this.watchdog!;
+    deadlines.watch(
+      call,
+      work,
+      (value) => {
+        watchdog.answered();
+        resolve(value);
+      },
+      (error) => {
+        // The client's own reply timeout (ioredis commandTimeout) says the same as ours.
+        if (isClientTimeout(error)) watchdog.timedOut(call.dueAt - this.timeout);
+        reject(error);
+      },
+    );
   }
 
   private expire(call: PendingCall): void {
     call.timedOut = true;
     call.reject(new RedisOperationTimeoutError(`${this.owner}.${call.operation}`, this.timeout));
+    this.watchdog?.timedOut(call.dueAt - this.timeout);
   }
 
   private send(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
@@ -209,6 +246,11 @@ export class RedisScriptRunner {
       return this.client.eval(script.source, 1, key, ...args);
     });
   }
+}
+
+/** ioredis's `commandTimeout` rejection. */
+function isClientTimeout(error: unknown): boolean {
+  return error instanceof Error && error.message === 'Command timed out';
 }
 
 function isNoScript(error: unknown): boolean {

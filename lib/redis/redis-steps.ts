@@ -25,10 +25,12 @@ return 1
 `,
 );
 
-/** The record and its steps. */
+/** The record and its steps (and a release's marker): 1 when there was a record. */
 export const DELETE_WITH_STEPS = new LuaScript(
   'delete',
-  `local deleted = redis.call('DEL', KEYS[1])
+  `local deleted = 0
+if redis.call('HEXISTS', KEYS[1], 's') == 1 then deleted = 1 end
+redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[1] .. ':steps')
 return deleted
 `,

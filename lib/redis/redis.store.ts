@@ -112,22 +112,24 @@ return 1
 `,
 );
 
-// On an absent record, the release of a claim that failed for its caller may have
-// overtaken that claim (a command held in a dead socket, or resent by the client after
-// it reconnected): the marker 'x' (the token, for RELEASED_MARKER_MS) makes that claim,
-// should it arrive, lock nothing.
+// A release leaves the marker 'x' (its token, for RELEASED_MARKER_MS) in place of the
+// record: the claim it undoes may still arrive after it (a command held in a socket the
+// client dropped, or resent by the client after it reconnected, on another connection
+// than the release), and must then lock nothing.
 const RELEASED_MARKER_MS = 300_000;
 const RELEASE = new LuaScript(
   'release',
   `local lease = redis.call('HMGET', KEYS[1], 's', 't')
-if not lease[1] then
-  redis.call('HSET', KEYS[1], 'x', ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ${RELEASED_MARKER_MS})
+local released = 0
+if lease[1] == 'p' and lease[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+elseif lease[1] then
   return 0
 end
-if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
+redis.call('HSET', KEYS[1], 'x', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ${RELEASED_MARKER_MS})
+return released
 `,
 );
 
@@ -176,6 +178,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.nearCache =
       nearCache &&
       new NearCache(adapted, this.prefix, nearCache, this.scripts.timeout, (error, reason) => this.reportNearCacheError(error, reason));
+    // A connection the watchdog dropped (connection-watchdog.ts) is told, like a store error.
+    this.scripts.watchdog?.onDrop((reason) => this.reportNearCacheError(new Error(reason), reason, 'connection'));
   }
 
   /** The Redis key of a store key. The braces are a Cluster hash tag over the whole key. */
@@ -307,6 +311,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * working, every claim going to Redis. The module calls it on shutdown.
    */
   async close(): Promise<void> {
+    // The client's owner closes it next: the watchdog must not open it again.
+    this.scripts.watchdog?.stop();
     await this.nearCache?.close();
   }
 
@@ -333,7 +339,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return this.listeners.add(listener);
   }
 
-  private reportNearCacheError(error: unknown, reason: string): void {
+  private reportNearCacheError(error: unknown, reason: string, topic = 'near-cache'): void {
     const at = Date.now();
     const event: IdempotencyEvent = { type: 'store_error', key: '', at, durationMs: 0, error, reason: `RedisIdempotencyStore: ${reason}` };
     this.listeners.emit(event);
@@ -341,7 +347,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // Nobody listens (the store is used without the module): a rate-limited warning.
     this.fallbackLog ??= new RateLimitedLog(consoleLogger);
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    this.fallbackLog.warn(`near-cache:${message}`, `${event.reason}: ${message}`);
+    this.fallbackLog.warn(`${topic}:${message}`, (error as Error)?.message === reason ? event.reason! : `${event.reason}: ${message}`);
   }
 }
 

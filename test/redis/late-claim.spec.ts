@@ -25,12 +25,17 @@ describe('RedisIdempotencyStore: a claim that arrives after its own release', ()
     expect(await store.get(key)).toMatchObject({ status: 'completed', result: 'r', leaseToken: 'retry' });
   });
 
-  it('leaves a claim that arrived first to the release as before', async () => {
+  it('locks nothing when it arrives again after the release that undid it (resent on another connection)', async () => {
     const key = randomUUID();
     expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(true);
     expect(await store.release(key, 'other')).toBe(false);
+    expect(await store.get(key)).toMatchObject({ status: 'in_progress', leaseToken: 'a' });
     expect(await store.release(key, 'a')).toBe(true);
     expect(await store.get(key)).toBeUndefined();
-    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(true);
+    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(false);
+    expect(await store.get(key)).toBeUndefined();
+    // A delete finds no record (the marker is not one), and removes the marker.
+    expect(await store.delete(key)).toBe(false);
+    expect((await store.claim(key, { token: 'b', leaseTtl: 30_000 })).claimed).toBe(true);
   });
 });
