@@ -40,6 +40,19 @@ export { MemoryIdempotencyStore } from './core/memory.store.js';
 // Plain functions.
 export { makeIdempotent, type MakeIdempotentOptions, type IdempotentFunction } from './core/make-idempotent.js';
 
+// The transactional outbox: messages sent once the execution's record completed (docs/outbox.md).
+export { IdempotencyOutbox } from './nest/outbox/idempotency-outbox.js';
+export type { OutboxRelayOptions } from './core/outbox-relay.js';
+export type {
+  OutboxMessage,
+  StagedOutbox,
+  ClaimedOutbox,
+  OutboxClaimRequest,
+  OutboxSettlement,
+  OutboxBacklog,
+  IdempotencyOutboxStore,
+} from './core/outbox-store.js';
+
 // Durable steps inside any idempotent execution (docs/steps.md).
 export { step, stepKey } from './core/steps.js';
 export { IdempotencyLeaseLostError } from './core/step-errors.js';

@@ -1,7 +1,9 @@
 import type { IdempotencyEventType } from './events.js';
 import { emitExecutionEvent as emit, type ExecutionPolicy } from './execution.js';
 import { serializeOutcome, type StoredOutcome } from './outcome.js';
-import { closeStepScope, openStepScope, runWithSteps, type StepLedger } from './step-context.js';
+import { outboxStaged, sealOutbox } from './outbox.js';
+import type { StagedOutbox } from './outbox-store.js';
+import { closeStepScope, openStepScope, runWithSteps, type OutboxDraft, type StepLedger } from './step-context.js';
 import type { IdempotencyStore } from './store.js';
 import type { TimerQueue, TimerQueueItem } from './timer-queue.js';
 
@@ -39,6 +41,8 @@ export class Lease implements TimerQueueItem {
   private leaseValidUntil: number;
   /** @internal The steps of this execution (step.ts), once its handler called `step()`. */
   stepLedger?: StepLedger;
+  /** @internal The messages this execution staged (outbox.ts), stored with its completion. */
+  outbox?: OutboxDraft;
 
   constructor(
     private readonly engine: LeaseOwner,
@@ -112,7 +116,8 @@ export class Lease implements TimerQueueItem {
       emit(this.policy, 'response_not_storable', this.key, this.startedAt, { reason });
       result = serializeOutcome({ kind: 'unstorable', reason });
     }
-    await this.write(new CompleteWrite(this.policy.store, this.key, this.token, result!, this.policy.ttl, 'completed'));
+    const write = new CompleteWrite(this.policy.store, this.key, this.token, result!, this.policy.ttl, 'completed', sealOutbox(this));
+    await this.write(write);
   }
 
   /**
@@ -265,10 +270,15 @@ class CompleteWrite implements SettlingWrite {
     private readonly result: string,
     private readonly ttl: number,
     readonly success: 'completed' | 'error_cached',
+    /** The messages the execution staged, stored with the completion (a failed handler stages none). */
+    private readonly outbox?: StagedOutbox,
   ) {}
 
-  send(): Promise<boolean> {
-    return this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl });
+  async send(): Promise<boolean> {
+    if (!this.outbox) return this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl });
+    const completed = await this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl, outbox: this.outbox });
+    if (completed) outboxStaged(this.store);
+    return completed;
   }
 
   /**

@@ -4,6 +4,8 @@ import type { ClaimRequest, CompleteRequest, IdempotencyStore, StepRequest } fro
 import { ExpiringMap } from './expiring-map.js';
 import { StoreEventListeners } from './store-events.js';
 import { checkWholeNumber } from './options.js';
+import { MemoryOutbox } from './memory-outbox.js';
+import type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from './outbox-store.js';
 
 export interface MemoryIdempotencyStoreOptions {
   /**
@@ -33,6 +35,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly steps = new ExpiringMap<string, StepBox>((box) => box.expiresAt);
   readonly maxEntries: number;
   private readonly listeners = new StoreEventListeners();
+  /** The messages completed executions staged (IdempotencyOutbox), until a relay sent them. */
+  private readonly outbox = new MemoryOutbox();
 
   constructor(options: MemoryIdempotencyStoreOptions = {}) {
     checkWholeNumber('MemoryIdempotencyStore', 'maxEntries', options.maxEntries, { example: '10_000' });
@@ -75,6 +79,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       return done !== undefined && done.leaseToken === token && done.expiresAt > now;
     }
     this.leases.delete(key);
+    if (request.outbox) this.outbox.stage(request.outbox, now);
     this.completed.set(key, {
       status: 'completed',
       key,
@@ -130,11 +135,24 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
 
   async ping(): Promise<void> {}
 
+  async claimOutbox(request: OutboxClaimRequest): Promise<readonly ClaimedOutbox[]> {
+    return this.outbox.claim(request, Date.now());
+  }
+
+  async settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean> {
+    return this.outbox.settle(id, owner, settlement, Date.now());
+  }
+
+  async outboxBacklog(): Promise<OutboxBacklog> {
+    return this.outbox.backlog();
+  }
+
   /** Drops every record (tests). */
   clear(): void {
     this.leases.clear();
     this.completed.clear();
     this.steps.clear();
+    this.outbox.clear();
   }
 
   private ownedLease(key: string, token: string, now: number): InProgressRecord | undefined {

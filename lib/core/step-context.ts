@@ -26,6 +26,16 @@ export interface StepHost {
   readonly isSettled: boolean;
   /** The steps of this execution so far, created by the first `step()` or `stepKey()`. */
   stepLedger?: StepLedger;
+  /** The messages this execution staged in the outbox so far, created by the first `IdempotencyOutbox.emit()`. */
+  outbox?: OutboxDraft;
+}
+
+/** The messages an execution staged (outbox.ts), sent only once its record completed. */
+export interface OutboxDraft {
+  /** The execution's outbox id (its key and lease token, hashed). */
+  readonly id: string;
+  /** Each an `OutboxMessage`, in the order they were staged. */
+  readonly messages: Array<{ readonly id: string }>;
 }
 
 /** Per execution: the names used so far, and the finished steps read from the store (once). */

@@ -1,4 +1,5 @@
 import type { IdempotencyEventListener } from './events.js';
+import type { StagedOutbox } from './outbox-store.js';
 import type { ClaimResult, IdempotencyRecord } from './record.js';
 
 /** What `IdempotencyStore.claim` is asked to record with a new lease. */
@@ -17,6 +18,11 @@ export interface CompleteRequest {
   readonly result: string;
   /** How long the completed record is kept, in ms. */
   readonly ttl: number;
+  /**
+   * The messages the execution staged in the outbox, given only to a store with an outbox
+   * (`IdempotencyOutboxStore`): staged in the same atomic write as the completion.
+   */
+  readonly outbox?: StagedOutbox;
 }
 
 /** What `IdempotencyStore.saveStep` records: one finished step of an execution. */

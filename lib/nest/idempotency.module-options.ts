@@ -1,5 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import type { IdempotencyEventListener } from '../core/index.js';
+import type { OutboxRelayOptions } from '../core/outbox-relay.js';
 import type { IdempotentOptions } from './idempotency.options.js';
 
 /**
@@ -53,4 +54,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * @default true
    */
   openApi?: boolean;
+  /**
+   * Tunes the relay that sends what `IdempotencyOutbox.emit()` staged (batch size, polling,
+   * back-off, claims): it runs in every instance of the application, with nothing to turn
+   * on. See docs/outbox.md.
+   * @default { batchSize: 100, pollInterval: 1000, retryDelay: 500, maxRetryDelay: 30000, claimTtl: 30000, sendTimeout: 10000 }
+   */
+  outbox?: OutboxRelayOptions;
 }

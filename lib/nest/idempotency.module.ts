@@ -11,6 +11,7 @@ import { IdempotencyExplorer } from './idempotency.explorer.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { IdempotencyRuntime } from './idempotency.runtime.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { IdempotencyOutbox } from './outbox/idempotency-outbox.js';
 import { IdempotencyOpenApi } from './openapi/idempotency-openapi.js';
 import { placeOutermost } from './outermost-placement.js';
 
@@ -36,6 +37,7 @@ const OUTERMOST_PLACEMENT = Symbol.for('nestjs-idempotency:outermost-placement')
     { provide: IdempotencyRuntime, useFactory: runtimeOf, inject: [IdempotencyService] },
     { provide: IDEMPOTENCY_RUNTIME, useExisting: IdempotencyRuntime },
     IdempotencyInterceptor,
+    IdempotencyOutbox,
     // Built inside NestFactory.create(), before SwaggerModule.createDocument() reads the routes.
     IdempotencyOpenApi,
     {
@@ -44,7 +46,15 @@ const OUTERMOST_PLACEMENT = Symbol.for('nestjs-idempotency:outermost-placement')
       inject: [ApplicationConfig, IdempotencyInterceptor],
     },
   ],
-  exports: [IdempotencyService, IDEMPOTENCY_SERVICE, IdempotencyStore, IdempotencyRuntime, IDEMPOTENCY_RUNTIME, IdempotencyInterceptor],
+  exports: [
+    IdempotencyService,
+    IDEMPOTENCY_SERVICE,
+    IdempotencyStore,
+    IdempotencyRuntime,
+    IDEMPOTENCY_RUNTIME,
+    IdempotencyInterceptor,
+    IdempotencyOutbox,
+  ],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {
   /** With no options: a process-local memory store and the defaults of every option. */

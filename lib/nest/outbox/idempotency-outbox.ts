@@ -1,0 +1,158 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { lastValueFrom, type Observable } from 'rxjs';
+import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { stageOutboxMessage, supportsOutbox } from '../../core/outbox.js';
+import { OutboxRelay, resolveRelayOptions, type OutboxRelayOptions } from '../../core/outbox-relay.js';
+import type { OutboxMessage } from '../../core/outbox-store.js';
+import type { IdempotencyStore } from '../../core/store.js';
+import { IdempotencyService } from '../idempotency.service.js';
+import { recordWrapFor, type RecordWrap } from './outbox-records.js';
+
+/** What the outbox needs of a `ClientProxy`: its `emit()`. */
+interface EmittingClient {
+  emit(pattern: unknown, data: unknown): Observable<unknown>;
+}
+
+/** A registered symbol travels as its name; other tokens are strings. */
+const SYMBOL_PREFIX = 'Symbol.for(';
+
+/**
+ * The transactional outbox (docs/outbox.md): messages a handler sends leave exactly when
+ * its work is committed. `emit(client, pattern, payload)` is `ClientProxy.emit()` for the
+ * client registered under `client` with `ClientsModule`, staged with the current
+ * `@Idempotent()` execution (any entry point, `makeIdempotent`, `IdempotencyService.run`)
+ * and sent only after its record completed; a handler that throws sends nothing, and a
+ * replay does not run the handler, so sends nothing either.
+ *
+ * A relay in every instance of the application sends what is staged, at least once, and
+ * each message carries an id derived from its execution and position (the AMQP
+ * `messageId`, the NATS `Nats-Msg-Id` header, the Kafka `idempotency-key` header or MQTT 5
+ * user property), so the consumer's `@Idempotent()` applies it once. Tune it with the
+ * module's `outbox` option.
+ *
+ * @example
+ * constructor(private readonly outbox: IdempotencyOutbox) {}
+ * ...
+ * this.outbox.emit('EVENTS', 'refund.completed', { refundId });
+ */
+@Injectable()
+export class IdempotencyOutbox implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly relays = new Map<IdempotencyStore, OutboxRelay>();
+  private readonly clients = new Map<string, { client: EmittingClient; wrap?: Promise<RecordWrap> }>();
+  private readonly relayOptions: OutboxRelayOptions;
+  private started = false;
+
+  constructor(
+    private readonly service: IdempotencyService,
+    private readonly moduleRef: ModuleRef,
+  ) {
+    this.relayOptions = service.options.outbox ?? {};
+    // Checked now, so a mistake stops the application at boot.
+    resolveRelayOptions('IdempotencyModule.forRoot({ outbox })', this.relayOptions);
+  }
+
+  /**
+   * Stages `payload` for `client.emit(pattern, payload)`, sent once the current execution's
+   * record completed. Returns the message's id (what the consumer receives as its key).
+   * Unlike `ClientProxy.emit()`, nothing is returned to subscribe to: the message leaves later.
+   *
+   * Throws `IdempotencyConfigurationError` outside an idempotent execution (to send at once,
+   * call the `ClientProxy` itself), for a `client` no `ClientProxy` is registered under, on a
+   * store without an outbox and for a payload JSON cannot carry.
+   */
+  emit(client: string | symbol, pattern: unknown, payload?: unknown): string {
+    const name = clientNameOf(client);
+    this.clientOf(name);
+    if (this.service.options.enabled === false) return this.sendNow(name, pattern, payload);
+    const { message, store } = stageOutboxMessage(name, pattern, payload);
+    if (this.started) this.relayFor(store);
+    return message.id;
+  }
+
+  /** @internal Starts the relay of the module's store, which also sends what other instances left. */
+  onApplicationBootstrap(): void {
+    this.started = true;
+    if (supportsOutbox(this.service.store)) this.relayFor(this.service.store);
+  }
+
+  /** @internal Stops the relays once their current round ended. */
+  async onApplicationShutdown(): Promise<void> {
+    this.started = false;
+    const relays = [...this.relays.values()];
+    this.relays.clear();
+    await Promise.all(relays.map((relay) => relay.stop()));
+  }
+
+  /**
+   * The module is switched off (`enabled: false`, `IdempotencyTestingModule`): handlers run
+   * as if undecorated, without an execution, so the message is sent at once, as the
+   * handler's own `ClientProxy.emit()` would be.
+   */
+  private sendNow(client: string, pattern: unknown, payload: unknown): string {
+    const message = { id: `msg_${randomUUID()}`, client, pattern, data: payload };
+    this.send(message).catch((error: unknown) =>
+      this.service.log.warn(
+        `outbox:${client}`,
+        `The outbox could not send ${message.id} through ${client}: ${(error as Error)?.message ?? String(error)}`,
+      ),
+    );
+    return message.id;
+  }
+
+  private relayFor(store: IdempotencyStore): void {
+    if (this.relays.has(store) || !supportsOutbox(store)) return;
+    const log = this.service.log;
+    const relay = new OutboxRelay(store, (message) => this.send(message), this.relayOptions, {
+      failed: (message, error, retryAt, attempts) =>
+        log.warn(
+          `outbox:${message.client}`,
+          `The outbox could not send ${message.id} through ${message.client} (attempt ${attempts}; next in ${Math.max(0, retryAt - Date.now())} ms): ${(error as Error)?.message ?? String(error)}`,
+        ),
+      storeFailed: (error) =>
+        log.warn('outbox:store', `The outbox relay could not reach its store: ${(error as Error)?.message ?? String(error)}`),
+    });
+    this.relays.set(store, relay);
+    relay.start();
+  }
+
+  private async send(message: OutboxMessage): Promise<void> {
+    const entry = this.clientOf(message.client);
+    const wrap = await (entry.wrap ??= recordWrapFor(entry.client));
+    await lastValueFrom(entry.client.emit(message.pattern, wrap(message)), { defaultValue: undefined });
+  }
+
+  private clientOf(name: string): { client: EmittingClient; wrap?: Promise<RecordWrap> } {
+    let entry = this.clients.get(name);
+    if (entry) return entry;
+    const token = name.startsWith(SYMBOL_PREFIX) ? Symbol.for(name.slice(SYMBOL_PREFIX.length, -1)) : name;
+    let client: unknown;
+    try {
+      client = this.moduleRef.get(token, { strict: false });
+    } catch {
+      client = undefined;
+    }
+    if (!client || typeof (client as EmittingClient).emit !== 'function') {
+      throw new IdempotencyConfigurationError(
+        `IdempotencyOutbox.emit(): no ClientProxy is registered as ${name}.`,
+        `Register one with ClientsModule.register([{ name: ${typeof token === 'string' ? `'${name}'` : name}, transport: ... }]) in a module of the application.`,
+      );
+    }
+    entry = { client: client as EmittingClient };
+    this.clients.set(name, entry);
+    return entry;
+  }
+}
+
+function clientNameOf(client: string | symbol): string {
+  if (typeof client === 'string' && client.length > 0) return client;
+  if (typeof client === 'symbol') {
+    const name = Symbol.keyFor(client);
+    if (name !== undefined) return `${SYMBOL_PREFIX}${name})`;
+  }
+  throw new IdempotencyConfigurationError(
+    `IdempotencyOutbox.emit(): the client must be the name a ClientProxy is registered under, got ${typeof client === 'symbol' ? String(client) : typeof client === 'string' ? 'an empty string' : typeof client}.`,
+    'Pass the ClientsModule name (a string, or a Symbol.for() symbol: a message waiting in the store names its client).',
+  );
+}
