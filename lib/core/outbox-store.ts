@@ -31,6 +31,7 @@ export interface StagedOutbox {
 
 /** One execution's staged messages as a relay claimed them. */
 export interface ClaimedOutbox {
+  /** The execution's outbox id (`StagedOutbox.id`). */
   readonly id: string;
   /** A JSON array of `OutboxMessage`, in staging order. */
   readonly messages: string;
@@ -84,7 +85,10 @@ export interface OutboxBacklog {
  * - `outboxBacklog` counts what waits.
  */
 export interface IdempotencyOutboxStore {
+  /** Claims up to `request.limit` executions with messages to send, oldest first, for `request.owner`. */
   claimOutbox(request: OutboxClaimRequest): Promise<readonly ClaimedOutbox[]>;
+  /** Records what `owner` sent of a claimed execution and ends its claim; false when the claim is not `owner`'s any more. */
   settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean>;
+  /** What waits to be sent: how many executions, and the oldest one's staging time. */
   outboxBacklog(): Promise<OutboxBacklog>;
 }
