@@ -109,7 +109,13 @@ export function frameOf(context: ExecutionContext): AnswerFrame | undefined {
 function carrierOf(context: ExecutionContext): object | undefined {
   const args = typeof context.getArgs === 'function' ? context.getArgs() : undefined;
   if (!args) return undefined;
-  const candidate: unknown = context.getType() === 'http' ? args[0] : (args[1] ?? args[0]);
+  const type = context.getType();
+  // A gateway message has none: Nest's WebSocket adapters unsubscribe every message of a
+  // socket that disconnects, and a handler that runs on after its caller left must store
+  // its answer for the re-send after the reconnect, not abandon its key (the wrapper
+  // stores the handler's value; the socket, args[0], is shared by every message anyway).
+  if (type === 'ws') return undefined;
+  const candidate: unknown = type === 'http' ? args[0] : (args[1] ?? args[0]);
   return typeof candidate === 'object' && candidate !== null ? candidate : undefined;
 }
 

@@ -33,6 +33,9 @@ export const CONFORMANCE_DRIVERS = {
   'nats-interceptor': { serves: 'adapter:rpc', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   graphql: { serves: 'adapter:graphql', path: 'wrapper', what: 'GraphQL mutations (Apollo, code first)' },
   'graphql-interceptor': { serves: 'adapter:graphql', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
+  'socket.io': { serves: 'adapter:ws', path: 'wrapper', what: '@SubscribeMessage handlers on @nestjs/platform-socket.io (the ack)' },
+  ws: { serves: 'adapter:ws', path: 'wrapper', what: '@SubscribeMessage handlers on @nestjs/platform-ws (the reply message)' },
+  'socket.io-interceptor': { serves: 'adapter:ws', path: 'interceptor', what: 'the same, IdempotencyInterceptor registered globally' },
   'service-method': { serves: 'method:method', what: '@Idempotent({ key }) on a provider method your code calls' },
   event: { serves: 'method:method', what: '@Idempotent({ key }) on an @OnEvent() listener (emitAsync)' },
   bullmq: { serves: 'method:bullmq', what: 'process(job) of an @nestjs/bullmq WorkerHost' },
@@ -69,6 +72,7 @@ export function entryId(name: string): EntryId {
 export const REQUIRED_DRIVERS: Record<string, ReadonlyArray<readonly EntryId[]>> = {
   'adapter:http': [['express'], ['fastify']],
   'adapter:rpc': [['tcp'], ['nats']],
+  'adapter:ws': [['socket.io'], ['ws']],
   'method:method': [['service-method'], ['event']],
 };
 

@@ -227,22 +227,6 @@ describe('@Idempotent() on provider methods: boot-time validation', () => {
     await expect(start({}, [WrongService])).rejects.toThrow(message);
   });
 
-  it('refuses a WebSocket gateway handler, which no adapter serves', async () => {
-    // What @SubscribeMessage() of @nestjs/websockets leaves on the method (the package is not installed here).
-    const SubscribeMessage = (): MethodDecorator => (_target, _key, descriptor) => {
-      Reflect.defineMetadata('websockets:message_mapping', true, descriptor.value as object);
-    };
-    @Injectable()
-    class ChatGateway {
-      @SubscribeMessage()
-      @Idempotent({ key: (message: { id: string }) => message.id })
-      async handle(message: { id: string }) {
-        return message.id;
-      }
-    }
-    await expect(start({}, [ChatGateway])).rejects.toThrow(/ChatGateway\.handle: it is a WebSocket gateway handler/);
-  });
-
   it('refuses a provider whose module does not import IdempotencyModule', async () => {
     @Injectable()
     class Lonely {

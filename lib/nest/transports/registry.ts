@@ -2,11 +2,11 @@ import type { TransportAdapter } from '../transport.adapter.js';
 import { BullMqAdapter } from './bullmq/bullmq.adapter.js';
 import { GraphqlTransportAdapter } from './graphql/graphql.adapter.js';
 import { HttpTransportAdapter } from './http/http.adapter.js';
-import { isGatewayHandler } from './method/method-target.js';
 import { MethodAdapter } from './method/method.adapter.js';
 import { RpcTransportAdapter } from './rpc/rpc.adapter.js';
 import { ScheduleAdapter } from './schedule/schedule.adapter.js';
 import type { HandlerSite, Transport } from './transport.js';
+import { WsTransportAdapter } from './ws/ws.adapter.js';
 
 /**
  * Every transport `@Idempotent()` serves, in the order a decorated method is matched
@@ -23,6 +23,7 @@ export const TRANSPORTS: readonly Transport[] = [
   new GraphqlTransportAdapter(),
   new BullMqAdapter(),
   new ScheduleAdapter(),
+  new WsTransportAdapter(),
   new MethodAdapter(),
 ];
 
@@ -56,7 +57,7 @@ export function isRequestHandler(method: Function, owner: Function, propertyName
   let verdict = requestHandlers.get(method);
   if (verdict === undefined) {
     const site: HandlerSite = { method, owner, propertyName, handlerName };
-    verdict = TRANSPORTS.some((transport) => transport.reach === 'request' && transport.recognises(site)) || isGatewayHandler(method);
+    verdict = TRANSPORTS.some((transport) => transport.reach === 'request' && transport.recognises(site));
     requestHandlers.set(method, verdict);
   }
   return verdict;

@@ -12,8 +12,6 @@ const SCHEDULE_INTERVAL_OPTIONS = 'SCHEDULE_INTERVAL_OPTIONS';
 /** @nestjs/schedule's SchedulerType enum, by value. */
 const CRON = 1;
 const INTERVAL = 3;
-/** `@SubscribeMessage()` of @nestjs/websockets, on the method. */
-const WEBSOCKET_MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
 
 /**
  * What an `@Idempotent()` method that runs without a request is:
@@ -37,19 +35,12 @@ export interface MethodTarget {
   readonly cron?: { readonly cronTime: unknown; readonly timeZone?: string; readonly utcOffset?: string | number };
   /** `interval`: its period, ms. */
   readonly every?: number;
-  /** A WebSocket gateway handler (`@SubscribeMessage()`): no adapter serves it, so `@Idempotent()` is refused there. */
-  readonly gateway?: boolean;
   /**
    * The default operation is made of the class and method names (a provider method, a
    * schedule without a name): two classes of one name would share it, so the explorer
    * refuses such a pair at boot unless both name their `scope`.
    */
   readonly namedByClass: boolean;
-}
-
-/** A WebSocket gateway handler (`@SubscribeMessage()`): reached by a message, but served by no transport. */
-export function isGatewayHandler(method: Function): boolean {
-  return Reflect.getMetadata(WEBSOCKET_MESSAGE_MAPPING_METADATA, method) === true;
 }
 
 const targets = new WeakMap<Function, WeakMap<Function, MethodTarget>>();
@@ -107,8 +98,7 @@ function methodTargetOf(method: Function, owner: Function, propertyName: string)
   }
   const listeners = Reflect.getMetadata(EVENT_LISTENER_METADATA, method) as Array<{ event?: unknown }> | undefined;
   const events = listeners?.map((listener) => eventName(listener.event));
-  const gateway = isGatewayHandler(method) || undefined;
-  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, gateway, namedByClass: true };
+  return { kind: 'method', handlerName, operation: `method ${handlerName}`, events, namedByClass: true };
 }
 
 function eventName(event: unknown): string {

@@ -60,12 +60,6 @@ export class MethodAdapter implements Transport<MethodHandlerConfig> {
     const fail = (problem: string, fix: string): never => {
       throw new IdempotencyConfigurationError(`${where}: ${problem}`, fix);
     };
-    if (target.gateway) {
-      fail(
-        'it is a WebSocket gateway handler (@SubscribeMessage()), which @Idempotent() does not protect: every duplicate message would run it.',
-        'Remove @Idempotent() there, and put @Idempotent({ key: (...args) => ... }) on the provider method that performs the effect, called from the handler.',
-      );
-    }
     const ownRecord = own as Record<string, unknown>;
     for (const name of REQUEST_ONLY_OPTIONS) {
       if (ownRecord[name] !== undefined) {
