@@ -8,6 +8,7 @@
 import { loadLib } from './lib.js';
 import { median } from './stats.js';
 import { openStores, type BenchStore, type StoreName } from './stores.js';
+import { childMain } from './harness.js';
 
 const { makeIdempotent } = loadLib();
 
@@ -121,15 +122,4 @@ function round2(value: number): number {
   return Math.round(value * 100) / 100;
 }
 
-if (require.main === module) {
-  runFunctions(JSON.parse(process.argv[2]) as FunctionsConfig).then(
-    (result) => {
-      process.stdout.write(JSON.stringify(result) + '\n');
-      process.exit(0);
-    },
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+if (require.main === module) childMain(runFunctions);

@@ -6,20 +6,23 @@
  * on a busy machine and shows what the library itself costs; the HTTP bench shows what
  * a request costs in an application.
  *
- *   node -r ./test/support/ts-require.js bench/handler-loop.ts
- *   BENCH_LIB=/tmp/before/lib node -r ./test/support/ts-require.js bench/handler-loop.ts
+ *   npm run bench:loop                                     # about 30 s
+ *   BENCH_LIB=/tmp/before/lib npm run bench:loop
+ *   npm run bench:loop -- --batch 1000 --batches 2         # a smoke run
  *
- * Prints the best of 7 batches of 30 000 calls each, for replays and first executions.
+ * Prints the best of 7 batches of 30 000 calls each (`--batches` 8: the first warms the
+ * JIT up), for replays and first executions.
  */
 import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host';
+import { numberArg } from './args.js';
 import { describeLib, loadLib } from './lib.js';
 
 const { Idempotent, IdempotencyModule, MemoryIdempotencyStore } = loadLib();
-const BATCH = 30_000;
-const BATCHES = 8;
+const BATCH = numberArg('batch', 30_000);
+const BATCHES = numberArg('batches', 8);
 
 interface ChargeBody {
   amount: number;

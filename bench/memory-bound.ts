@@ -7,6 +7,7 @@
  *   node --expose-gc -r ./test/support/ts-require.js bench/memory-bound.ts '{"keys":100000,"maxEntries":10000}'
  */
 import { loadLib } from './lib.js';
+import { childMain } from './harness.js';
 
 const { makeIdempotent, MemoryIdempotencyStore } = loadLib();
 
@@ -71,15 +72,4 @@ export async function runMemoryBound(config: MemoryBoundConfig): Promise<MemoryB
   return { keys: config.keys, maxEntries: config.maxEntries, before, afterBatches };
 }
 
-if (require.main === module) {
-  runMemoryBound(JSON.parse(process.argv[2]) as MemoryBoundConfig).then(
-    (result) => {
-      process.stdout.write(JSON.stringify(result) + '\n');
-      process.exit(0);
-    },
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+if (require.main === module) childMain(runMemoryBound);

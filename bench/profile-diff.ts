@@ -6,8 +6,8 @@
  *   npm run bench:profile-diff -- --platform fastify --store typeorm --case first --rounds 4 --out /tmp/diff.md
  *   npm run bench:profile-diff -- --store redisNear --against redis --case first   # two stores instead
  *
- * bench/profile-summary.ts reads one profile of the whole bench app, where the library's
- * route, the floor's and the bare one share the process: only lib/ and bench/floors.ts
+ * A profile of the whole bench app (`npm run bench -- --cpu-prof`) mixes the library's
+ * route, the floor's and the bare one in one process: only lib/ and bench/floors.ts
  * can be told apart there, not Express, the driver, Nest or the garbage collector. Here
  * each side gets a process of its own (bench/app.ts, the same app) that serves only its
  * route while it is profiled (the inspector's profiler, started and stopped over IPC, so
@@ -21,12 +21,43 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { AppProcess, BODY, cannon, FLOOR_OF, settledCounts, type Platform } from './run.js';
-import { groupOf, type Profile } from './profile-summary.js';
 import { ALL_STORES, type StoreName } from './stores.js';
 import { round } from './stats.js';
 
 type Side = 'library' | 'floor';
 const SIDES: readonly Side[] = ['library', 'floor'];
+
+interface ProfileNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  startTime: number;
+  endTime: number;
+}
+
+/** The groups self time is summed by, the first that matches a function's file. */
+const GROUPS: Array<[string, (url: string) => boolean]> = [
+  ['lib', (url) => url.includes('/lib/') && !url.includes('node_modules')],
+  ['floor', (url) => url.includes('/bench/floors')],
+  ['pg', (url) => url.includes('node_modules/pg')],
+  ['mysql', (url) => url.includes('node_modules/mysql2') || url.includes('node_modules/mariadb')],
+  ['ioredis', (url) => url.includes('node_modules/ioredis')],
+  ['typeorm', (url) => url.includes('node_modules/typeorm')],
+  ['express', (url) => /node_modules\/(express|router|body-parser|finalhandler|send)\//.test(url)],
+  ['fastify', (url) => url.includes('node_modules/fastify') || url.includes('node_modules/@fastify')],
+  ['nest', (url) => url.includes('node_modules/@nestjs')],
+  ['rxjs', (url) => url.includes('node_modules/rxjs')],
+  ['node', (url) => url.startsWith('node:')],
+];
+
+function groupOf(node: ProfileNode): string {
+  const { url, functionName } = node.callFrame;
+  if (!url) return functionName.startsWith('(') ? functionName : '(native)';
+  return GROUPS.find(([, test]) => test(url))?.[0] ?? 'other';
+}
 
 interface DiffOptions {
   platform: Platform;

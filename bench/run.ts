@@ -12,11 +12,13 @@
  * rounds.
  */
 import autocannon from 'autocannon';
-import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { parseFlags, sharedFlags } from './args.js';
+import { forkReady, IpcChild, replaceBetweenMarkers, ROOT, runChild } from './harness.js';
 import type { AppConfig, ChildMessage, ParentMessage } from './app.js';
 import type { FunctionsResult } from './functions.js';
 import type { MemoryBoundResult } from './memory-bound.js';
@@ -187,24 +189,15 @@ export interface TargetCheck {
   met: boolean;
 }
 
-const ROOT = resolve(__dirname, '..');
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
 const BENCH_LIB_OUT = join(ROOT, '.tmp', 'bench-lib.json');
-const DOCS = join(ROOT, 'docs', 'performance.md');
 const DOCS_START = '<!-- bench:results:start -->';
 const DOCS_END = '<!-- bench:results:end -->';
 
 /** Puts the report between the markers of docs/performance.md, so the doc shows the latest run. */
 function updateDocs(report: string): void {
-  if (!existsSync(DOCS)) return;
-  const doc = readFileSync(DOCS, 'utf8');
-  const start = doc.indexOf(DOCS_START);
-  const end = doc.indexOf(DOCS_END);
-  if (start < 0 || end < start) return;
-  writeFileSync(DOCS, doc.slice(0, start + DOCS_START.length) + '\n' + report.trim() + '\n' + doc.slice(end));
-  process.stderr.write(`Updated ${DOCS}\n`);
+  if (replaceBetweenMarkers(DOCS_START, DOCS_END, report)) process.stderr.write(`Updated ${join(ROOT, 'docs', 'performance.md')}\n`);
 }
-const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
 /** Batches of unique keys pushed through the bounded memory store: enough to see RSS level off. */
 const MEMORY_BATCHES = 5;
 /** The stores on the bench's Redis, whose script calls are also counted on the server (INFO commandstats). */
@@ -220,7 +213,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     latencyConnections: 1,
     stores: ALL_STORES.filter(storeModuleReady),
     cases: [...ALL_CASES],
-    // ioredis's own default: auto-pipelining only costs CPU when each request sends its commands in its own I/O callback (see bench/README.md).
+    // ioredis's own default: auto-pipelining only costs CPU when each request sends its commands in its own I/O callback (docs/performance.md, "What we learned").
     autoPipelining: false,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
     postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
@@ -232,84 +225,37 @@ export function parseArgs(argv: string[]): BenchOptions {
     memoryMaxEntries: 10_000,
     updateDocs: !process.env.BENCH_LIB,
   };
-  for (let i = 0; i < argv.length; i++) {
-    const [flag, inline] = argv[i].split('=', 2);
-    const value = () => inline ?? argv[++i];
-    const list = () =>
-      value()
-        .split(',')
-        .map((v) => v.trim())
-        .filter(Boolean);
-    switch (flag) {
-      case '--platform':
-        options.platforms = list().flatMap((p) => (p === 'both' ? ['express', 'fastify'] : [p])) as Platform[];
-        break;
-      case '--duration':
-        options.duration = Number(value());
-        break;
-      case '--rounds':
-        options.rounds = Number(value());
-        break;
-      case '--connections':
-        options.connections = Number(value());
-        break;
-      case '--latency-connections':
-        options.latencyConnections = Number(value());
-        break;
-      case '--stores':
-        options.stores = list() as StoreName[];
-        break;
-      case '--cases':
-        options.cases = list() as CaseName[];
-        break;
-      case '--redis-url':
-        options.redisUrl = value();
-        break;
-      case '--postgres-url':
-        options.postgresUrl = value();
-        break;
-      case '--mariadb-url':
-        options.mariadbUrl = value();
-        break;
-      case '--auto-pipelining':
-        options.autoPipelining = true;
-        break;
-      case '--no-auto-pipelining':
-        options.autoPipelining = false;
-        break;
-      case '--out':
-        options.out = resolve(value());
-        break;
-      case '--memory-keys':
-        options.memoryKeys = Number(value());
-        break;
-      case '--memory-max-entries':
-        options.memoryMaxEntries = Number(value());
-        break;
-      case '--no-docs':
-        options.updateDocs = false;
-        break;
-      case '--from':
-        options.from = resolve(value());
-        break;
-      case '--cpu-prof':
-        options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'));
-        break;
-      case '--help':
-        process.stdout.write(
-          'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-            '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file] [--from saved.json]\n' +
-            '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
-            '  [--no-docs]          leave docs/performance.md alone\n' +
-            'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
-            '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
-            '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis (ioredis, node-redis) and SQL stores\n',
-        );
-        return process.exit(0);
-      default:
-        throw new Error(`Unknown option ${flag}; see --help.`);
-    }
-  }
+  const list = (value: () => string) =>
+    value()
+      .split(',')
+      .map((v) => v.trim())
+      .filter(Boolean);
+  parseFlags(argv, {
+    ...sharedFlags(options),
+    '--platform': (value) => (options.platforms = list(value).flatMap((p) => (p === 'both' ? ['express', 'fastify'] : [p])) as Platform[]),
+    '--latency-connections': (value) => (options.latencyConnections = Number(value())),
+    '--stores': (value) => (options.stores = list(value) as StoreName[]),
+    '--cases': (value) => (options.cases = list(value) as CaseName[]),
+    '--postgres-url': (value) => (options.postgresUrl = value()),
+    '--mariadb-url': (value) => (options.mariadbUrl = value()),
+    '--no-auto-pipelining': () => (options.autoPipelining = false),
+    '--memory-keys': (value) => (options.memoryKeys = Number(value())),
+    '--memory-max-entries': (value) => (options.memoryMaxEntries = Number(value())),
+    '--from': (value) => (options.from = resolve(value())),
+    '--cpu-prof': (_value, inline) => (options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'))),
+    '--help': () => {
+      process.stdout.write(
+        'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
+          '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file] [--from saved.json]\n' +
+          '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
+          '  [--no-docs]          leave docs/performance.md alone\n' +
+          'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
+          '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
+          '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis (ioredis, node-redis) and SQL stores\n',
+      );
+      process.exit(0);
+    },
+  });
   for (const p of options.platforms) if (p !== 'express' && p !== 'fastify') throw new Error(`--platform: unknown platform ${p}`);
   for (const s of options.stores) if (!ALL_STORES.includes(s)) throw new Error(`--stores: unknown store ${s}`);
   for (const c of options.cases) if (!ALL_CASES.includes(c)) throw new Error(`--cases: unknown case ${c}`);
@@ -320,64 +266,33 @@ export function parseArgs(argv: string[]): BenchOptions {
 }
 
 /** The app under load, in its own process, with a request/response channel over IPC. */
-export class AppProcess {
-  private nextId = 1;
-  private readonly waiting = new Map<number, (message: ChildMessage) => void>();
-
+export class AppProcess extends IpcChild<ChildMessage> {
   private constructor(
-    private readonly child: ChildProcess,
+    child: ChildProcess,
     readonly port: number,
     readonly stores: StoreName[],
     readonly floors: FloorName[],
   ) {
-    child.on('message', (message: ChildMessage) => {
-      if ('id' in message) {
-        this.waiting.get(message.id)?.(message);
-        this.waiting.delete(message.id);
-      }
-    });
+    super(child);
   }
 
-  static start(config: AppConfig, cpuProfileDir?: string): Promise<AppProcess> {
-    const child = fork(join(__dirname, 'app.ts'), [], {
-      execArgv: [...(cpuProfileDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfileDir] : []), '-r', TS_REQUIRE],
+  static async start(config: AppConfig, cpuProfileDir?: string): Promise<AppProcess> {
+    const { child, ready } = await forkReady<Extract<ChildMessage, { type: 'ready' }>>(join(__dirname, 'app.ts'), {
+      name: 'bench app',
+      execArgv: cpuProfileDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfileDir] : [],
       env: { ...process.env, BENCH_APP_CONFIG: JSON.stringify(config) },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
-    return new Promise((resolvePromise, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`bench app exited with code ${code} before it was ready`));
-      child.once('exit', onExit);
-      child.once('message', (message: ChildMessage) => {
-        child.off('exit', onExit);
-        if (message.type === 'ready') resolvePromise(new AppProcess(child, message.port, message.stores, message.floors ?? []));
-        else {
-          child.kill('SIGKILL');
-          reject(new Error(`bench app failed to start: ${'error' in message ? message.error : JSON.stringify(message)}`));
-        }
-      });
-    });
+    return new AppProcess(child, ready.port, ready.stores, ready.floors ?? []);
   }
 
   request<T extends ChildMessage>(
     message: ParentMessage extends infer M ? (M extends unknown ? Omit<M, 'id'> : never) : never,
   ): Promise<T> {
-    const id = this.nextId++;
-    return new Promise((resolvePromise) => {
-      this.waiting.set(id, resolvePromise as (m: ChildMessage) => void);
-      this.child.send({ ...message, id } as ParentMessage);
-    });
+    return this.ask<T>(message);
   }
 
   async counts(): Promise<Extract<ChildMessage, { type: 'counts' }>> {
     return this.request({ type: 'counts' });
-  }
-
-  async close(): Promise<void> {
-    const exited = new Promise((r) => this.child.once('exit', r));
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
-    await this.request({ type: 'close' }).catch(() => undefined);
-    await exited;
-    clearTimeout(timer);
   }
 }
 
@@ -703,25 +618,6 @@ function roundSample(s: RunSample): RunSample {
     p99: round(s.p99),
     cpuMicrosPerRequest: round(s.cpuMicrosPerRequest ?? Number.NaN, 1),
   };
-}
-
-/** Runs a TypeScript entry point in a fresh child and parses the JSON line it prints. */
-function runChild<T>(file: string, config: unknown, nodeFlags: string[] = []): Promise<T> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...nodeFlags, '-r', TS_REQUIRE, join(__dirname, file), JSON.stringify(config)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => {
-      if (code !== 0) return reject(new Error(`${file} exited with code ${code}`));
-      try {
-        resolvePromise(JSON.parse(out.trim().split('\n').pop()!) as T);
-      } catch (error) {
-        reject(error);
-      }
-    });
-  });
 }
 
 export function checkTargets(result: BenchResult): TargetCheck[] {

@@ -144,19 +144,29 @@ function detailText(bytes: TableBytes, encodings?: string[]): string {
   return `${bytes.rows} rows; ${parts.join(', ')}`;
 }
 
+/** The claims measured before, during and after a purge or an expiry, one row per window. */
+function windowsTable(windows: Array<[string, PurgeFigures['before'] | RedisExpiryFigures['before']]>): string[] {
+  return [
+    '| window | s | claims | claims / s | p50 | p99 | max |',
+    '|---|--:|--:|--:|--:|--:|--:|',
+    ...windows.map(
+      ([label, window]) =>
+        `| ${label} | ${round(window.ms / 1000, 1)} | ${window.stats.n} | ${window.perSecond} | ${window.stats.p50} | ${window.stats.p99} | ${window.stats.max} |`,
+    ),
+  ];
+}
+
 function purgeSection(purge: PurgeFigures): string[] {
-  const w = (label: string, window: PurgeFigures['before']) =>
-    `| ${label} | ${round(window.ms / 1000, 1)} | ${window.stats.n} | ${window.perSecond} | ${window.stats.p50} | ${window.stats.p99} | ${window.stats.max} |`;
   return [
     `${purge.expired} expired + ${purge.live} live records (filled in ${round(purge.fillMs / 1000, 1)} s). One \`purgeExpired()\` ` +
       `(batches of at most ${purge.batchSize}, \`purgeBatchSize\`) deleted ${purge.deleted} rows in ${round(purge.purgeMs / 1000, 1)} s: ` +
       `**${purge.rowsPerSecond} rows/s**; ${purge.expiredLeft} expired rows left. Claims at concurrency 16, new keys, µs:`,
     '',
-    '| window | s | claims | claims / s | p50 | p99 | max |',
-    '|---|--:|--:|--:|--:|--:|--:|',
-    w('before the purge', purge.before),
-    w('during the purge', purge.during),
-    w('after the purge', purge.after),
+    ...windowsTable([
+      ['before the purge', purge.before],
+      ['during the purge', purge.during],
+      ['after the purge', purge.after],
+    ]),
     '',
     `Claims' p99 during the purge ÷ the mean of before and after: **${purge.p99Ratio}×** (target ≤ 2×).`,
     '',
@@ -169,18 +179,16 @@ function purgeSection(purge: PurgeFigures): string[] {
 }
 
 function expirySection(expiry: RedisExpiryFigures): string[] {
-  const w = (label: string, window: RedisExpiryFigures['before']) =>
-    `| ${label} | ${round(window.ms / 1000, 1)} | ${window.stats.n} | ${window.perSecond} | ${window.stats.p50} | ${window.stats.p99} | ${window.stats.max} |`;
   return [
     `Redis has no purge: a record is a key with a TTL, which Redis forgets itself. ${expiry.keys} copies set to expire at one ` +
       `instant (PEXPIREAT) were gone from the keyspace ${round(expiry.expiryMs / 1000, 1)} s later (**${expiry.keysPerSecond} keys/s**, ` +
       `${expiry.leftShare * 100} % left when the wait ended)${expiry.late ? '; the fill ended after that instant' : ''}. Claims at concurrency 16, µs:`,
     '',
-    '| window | s | claims | claims / s | p50 | p99 | max |',
-    '|---|--:|--:|--:|--:|--:|--:|',
-    w('before the expiry', expiry.before),
-    w('while Redis expires them', expiry.during),
-    w('after', expiry.after),
+    ...windowsTable([
+      ['before the expiry', expiry.before],
+      ['while Redis expires them', expiry.during],
+      ['after', expiry.after],
+    ]),
     '',
     `Claims' p99 during ÷ the mean of before and after: **${expiry.p99Ratio}×**.`,
   ];

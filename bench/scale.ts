@@ -4,7 +4,7 @@
  * real `@Idempotent` route; no HTTP and no row-by-row writes for the rest), then, at each
  * size: claim, complete and replay latency through the store API at concurrency 1 and 16,
  * bytes per record (200-byte and 10 KB responses), and the purge of expired records while
- * claims run. Writes JSON and a markdown report beside it (bench/README.md, "Scale").
+ * claims run. Writes JSON and a markdown report beside it (bench/README.md, "The scale run").
  *
  *   node -r ./test/support/ts-require.js bench/scale.ts [--stores postgres,mariadb,redis]
  *     [--sizes 0,1000000,10000000] [--mariadb-sizes ...] [--redis-sizes 0,1000000]
@@ -42,7 +42,7 @@ const config = {
   purgeExpired: numberArg('purge-expired', 1_000_000),
   purgeLive: numberArg('purge-live', 1_000_000),
   windowMs: numberArg('window-ms', 5_000),
-  // Experimental (see bench/README.md, "Scale"): its end is not yet detected reliably.
+  // Experimental (bench/README.md, "The scale run"): its end is not yet detected reliably.
   redisExpiry: process.argv.includes('--redis-expiry'),
   out: resolve(stringArg('out', 'bench/results/scale.json')),
   postgresUrl: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',

@@ -16,6 +16,7 @@ import {
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
 import { openDrizzle, openNodeRedis, openPrisma } from './orm-stores.js';
 import type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
+import { deleteByPrefix } from './harness.js';
 
 export type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
 
@@ -163,16 +164,6 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
     ...(near ? {} : { floor: { name: 'floor-redis' as const, backend: redisFloor(client, floorPrefix) } }),
     close,
   };
-}
-
-/** Removes the bench's records from the shared Redis. */
-async function deleteByPrefix(client: import('ioredis').Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await client.unlink(...keys);
-  } while (cursor !== '0');
 }
 
 async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariadb'): Promise<BenchStore> {

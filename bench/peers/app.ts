@@ -11,6 +11,7 @@ import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post, type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { join } from 'node:path';
+import { deleteByPrefix } from '../harness.js';
 import { loadLib, loadLibModule } from '../lib.js';
 
 export interface PeersAppConfig {
@@ -81,12 +82,7 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
     store = redisStore;
     closers.push(async () => {
       await redisStore.close();
-      let cursor = '0';
-      do {
-        const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length) await client.unlink(...keys);
-      } while (cursor !== '0');
+      await deleteByPrefix(client, prefix);
       await client.quit();
     });
     if (near) await nearCacheOn(redisStore);
@@ -117,7 +113,7 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
   // The peer's route in a controller of its own: its decorator adds an interceptor, and an
   // interceptor on a class with an @Idempotent() method makes IdempotencyModule place its
   // interceptor first among the global ones, on every route of the app, /bare included
-  // (which then cost more than the peer's replays: bench/README.md, seventh round).
+  // (which then cost more than the peer's replays: docs/performance.md, "What we learned").
   @Controller()
   class PeerController {
     @Post('peer/first')

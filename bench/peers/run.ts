@@ -14,12 +14,14 @@
  * plain Redis (it has no near cache): the report puts it in a column of the Redis row.
  * Not part of `npm test` or CI: it takes minutes and its figures are timings.
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { parseFlags, sharedFlags, type SharedOptions } from '../args.js';
 import { writeCharts } from '../chart.js';
+import { forkReady, IpcChild, replaceBetweenMarkers, ROOT } from '../harness.js';
 import { BODY, cannon, sampleOf, type RunSample } from '../run.js';
 import { describeLib } from '../lib.js';
 import { median, round } from '../stats.js';
@@ -31,17 +33,10 @@ const ALL_STORES: readonly Store[] = ['memory', 'redis', 'redisNear'];
 type Case = 'first' | 'replay';
 type Side = 'ours' | 'peer';
 
-interface PeersOptions {
+interface PeersOptions extends SharedOptions {
   platforms: Platform[];
   stores: Store[];
   cases: Case[];
-  duration: number;
-  rounds: number;
-  connections: number;
-  redisUrl: string;
-  autoPipelining: boolean;
-  out: string;
-  updateDocs: boolean;
   /** Re-render the report (and the docs) from this JSON of an earlier run, without running anything. */
   report?: string;
 }
@@ -68,15 +63,12 @@ export interface PeersResult {
   results: { platform: Platform; store: Store; case: Case; ours: SideSummary; peer: SideSummary }[];
 }
 
-const ROOT = resolve(__dirname, '..', '..');
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'peers.json');
-const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
 const PEERS_DIR = process.env.BENCH_PEERS_DIR ? resolve(process.env.BENCH_PEERS_DIR) : join(ROOT, 'bench', '.scratch', 'peers');
-const DOCS = join(ROOT, 'docs', 'performance.md');
 const START = '<!-- bench:peers:start -->';
 const END = '<!-- bench:peers:end -->';
 
-function parseArgs(argv: string[]): PeersOptions {
+export function parseArgs(argv: string[]): PeersOptions {
   const options: PeersOptions = {
     platforms: ['express', 'fastify'],
     stores: [...ALL_STORES],
@@ -89,63 +81,30 @@ function parseArgs(argv: string[]): PeersOptions {
     out: DEFAULT_OUT,
     updateDocs: true,
   };
-  for (let i = 0; i < argv.length; i++) {
-    const [flag, inline] = argv[i].split('=', 2);
-    const value = () => inline ?? argv[++i];
-    // `both` is read by the same value() call as a list: a second call would take the next argument.
-    const list = <T extends string>(allowed: readonly T[], both?: readonly T[]) => {
-      const raw = value();
-      if (both && raw === 'both') return [...both];
-      const items = raw.split(',') as T[];
-      for (const item of items) if (!allowed.includes(item)) throw new Error(`${flag}: unknown value ${item}`);
-      return items;
-    };
-    switch (flag) {
-      case '--platform':
-        options.platforms = list(['express', 'fastify'] as const, ['express', 'fastify'] as const);
-        break;
-      case '--stores':
-        options.stores = list(ALL_STORES);
-        break;
-      case '--cases':
-        options.cases = list(['first', 'replay'] as const);
-        break;
-      case '--duration':
-        options.duration = Number(value());
-        break;
-      case '--rounds':
-        options.rounds = Number(value());
-        break;
-      case '--connections':
-        options.connections = Number(value());
-        break;
-      case '--redis-url':
-        options.redisUrl = value();
-        break;
-      case '--auto-pipelining':
-        options.autoPipelining = true;
-        break;
-      case '--out':
-        options.out = resolve(value());
-        break;
-      case '--report':
-        options.report = resolve(value());
-        break;
-      case '--no-docs':
-        options.updateDocs = false;
-        break;
-      case '--help':
-        process.stdout.write(
-          'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis,redisNear] [--cases first,replay]\n' +
-            '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--auto-pipelining] [--out file] [--no-docs]\n' +
-            '  [--report file.json]   only re-render the report (and the docs) from an earlier run\n' +
-            '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
-        );
-        return process.exit(0);
-      default:
-        throw new Error(`Unknown option ${flag}; see --help.`);
-    }
-  }
+  // A list of allowed values, or `both` for every one of `both`.
+  const list = <T extends string>(flag: string, raw: string, allowed: readonly T[], both?: readonly T[]) => {
+    if (both && raw === 'both') return [...both];
+    const items = raw.split(',') as T[];
+    for (const item of items) if (!allowed.includes(item)) throw new Error(`${flag}: unknown value ${item}`);
+    return items;
+  };
+  const PLATFORMS = ['express', 'fastify'] as const;
+  parseFlags(argv, {
+    ...sharedFlags(options),
+    '--platform': (value) => (options.platforms = list('--platform', value(), PLATFORMS, PLATFORMS)),
+    '--stores': (value) => (options.stores = list('--stores', value(), ALL_STORES)),
+    '--cases': (value) => (options.cases = list('--cases', value(), ['first', 'replay'] as const)),
+    '--report': (value) => (options.report = resolve(value())),
+    '--help': () => {
+      process.stdout.write(
+        'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis,redisNear] [--cases first,replay]\n' +
+          '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--auto-pipelining] [--out file] [--no-docs]\n' +
+          '  [--report file.json]   only re-render the report (and the docs) from an earlier run\n' +
+          '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
+      );
+      process.exit(0);
+    },
+  });
   if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1)) {
     throw new Error('--duration, --rounds and --connections must be positive numbers.');
   }
@@ -158,63 +117,27 @@ function installPeers(): void {
   execFileSync('bash', [join(ROOT, '.ci', 'legs', 'install.sh'), 'peers', PEERS_DIR], { stdio: ['ignore', 2, 2] });
 }
 
-class PeersApp {
-  private nextId = 1;
-  private readonly waiting = new Map<number, (message: PeersChildMessage) => void>();
-
+class PeersApp extends IpcChild<PeersChildMessage> {
   private constructor(
-    private readonly child: ChildProcess,
+    child: ChildProcess,
     readonly port: number,
     readonly nest: string,
     readonly peer: string,
   ) {
-    child.on('message', (message: PeersChildMessage) => {
-      if ('id' in message) {
-        this.waiting.get(message.id)?.(message);
-        this.waiting.delete(message.id);
-      }
-    });
+    super(child);
   }
 
-  static start(config: PeersAppConfig): Promise<PeersApp> {
-    const child = fork(join(__dirname, 'app.ts'), [], {
-      execArgv: ['-r', TS_REQUIRE],
+  static async start(config: PeersAppConfig): Promise<PeersApp> {
+    const { child, ready } = await forkReady<Extract<PeersChildMessage, { type: 'ready' }>>(join(__dirname, 'app.ts'), {
+      name: 'peers app',
       env: { ...process.env, BENCH_PEERS_CONFIG: JSON.stringify(config), BENCH_PEERS_DIR: PEERS_DIR },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
-    return new Promise((resolvePromise, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`peers app exited with code ${code} before it was ready`));
-      child.once('exit', onExit);
-      child.once('message', (message: PeersChildMessage) => {
-        child.off('exit', onExit);
-        if (message.type === 'ready') resolvePromise(new PeersApp(child, message.port, message.nest, message.peer));
-        else {
-          child.kill('SIGKILL');
-          reject(new Error(`peers app failed to start: ${'error' in message ? message.error : JSON.stringify(message)}`));
-        }
-      });
-    });
-  }
-
-  private request(type: 'cpu' | 'close'): Promise<PeersChildMessage> {
-    const id = this.nextId++;
-    return new Promise((resolvePromise) => {
-      this.waiting.set(id, resolvePromise);
-      this.child.send({ id, type });
-    });
+    return new PeersApp(child, ready.port, ready.nest, ready.peer);
   }
 
   async cpuMicros(): Promise<number> {
-    const message = await this.request('cpu');
+    const message = await this.ask({ type: 'cpu' });
     return message.type === 'cpu' ? message.cpuMicros : Number.NaN;
-  }
-
-  async close(): Promise<void> {
-    const exited = new Promise((r) => this.child.once('exit', r));
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
-    await this.request('close').catch(() => undefined);
-    await exited;
-    clearTimeout(timer);
   }
 }
 
@@ -371,14 +294,9 @@ export function peersReport(result: PeersResult): string {
 }
 
 function updateDocs(report: string): void {
-  const text = readFileSync(DOCS, 'utf8');
-  const start = text.indexOf(START);
-  const end = text.indexOf(END);
-  if (start < 0 || end < start) {
+  if (!replaceBetweenMarkers(START, END, report)) {
     process.stderr.write(`bench:peers: no ${START} … ${END} markers in docs/performance.md; left it alone\n`);
-    return;
   }
-  writeFileSync(DOCS, text.slice(0, start + START.length) + '\n' + report + '\n' + text.slice(end));
 }
 
 async function main(): Promise<void> {
