@@ -38,7 +38,7 @@ const arranged = new WeakSet<ApplicationConfig>();
  *   only. A level added to the list would run on every route of the application, its
  *   undecorated ones included, and a level of Nest's pipeline costs each request (on
  *   NestJS 11 an `AsyncResource.bind()` per level, whose deprecated accessors cost 8-16
- *   µs on Node 20: bench/README.md, seventh round).
+ *   µs on Node 20: docs/performance.md, "What we learned").
  * - Only class or route interceptors around an `@Idempotent()` handler: the module's
  *   interceptor becomes the one global interceptor. Every route pays that level (Nest's
  *   class metadata is shared by every application of the process, so the interceptor

@@ -146,8 +146,8 @@ export interface SqlDialect extends RecordStatements {
    * RETURNING`), where the next batch starts. Without it, each batch of a purge scans the
    * expiry index from its start, past every entry InnoDB has delete-marked and not yet
    * purged: the batches of one purge got slower and slower (12 ms to 52 ms per 1 000 rows
-   * over 100 000 rows; the whole purge 4.7 s against 1.3 s, bench/purge-resume.ts). Absent:
-   * every batch from the start.
+   * over 100 000 rows; the whole purge 4.7 s against 1.3 s: docs/performance.md, "What we
+   * learned"). Absent: every batch from the start.
    */
   purgeResume?(result: SqlResult): number | undefined;
 

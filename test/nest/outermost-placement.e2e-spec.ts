@@ -22,7 +22,7 @@ import { Idempotent, IdempotencyInterceptor, IdempotencyModule, MemoryIdempotenc
  * caller's answer, not mapped by them again). When the application has global interceptors, it runs for decorated
  * handlers only: an undecorated route gets the application's interceptors and no
  * pipeline level of this library (on NestJS 11 a level costs every request an
- * `AsyncResource.bind()`; bench/README.md, seventh round).
+ * `AsyncResource.bind()`; docs/performance.md, "What we learned").
  */
 /** An application interceptor that maps every answer: stamps it with how often it ran. */
 @Injectable()

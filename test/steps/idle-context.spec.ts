@@ -5,10 +5,11 @@ import { promisify } from 'node:util';
 
 /**
  * Before Node 24, an entered AsyncLocalStorage keeps a promise hook on for the whole
- * process, and every promise of every route pays for it (bench/als-tax.ts). The durable
- * steps' context is turned off once no execution is open, and on again by the next one;
- * an execution still open keeps it on while others settle. Checked in a process of its
- * own, by whether a promise reaction gets an async id (only while a hook is on).
+ * process, and every promise of every route pays for it (docs/performance.md, "What we
+ * learned"). The durable steps' context is turned off once no execution is open, and on
+ * again by the next one; an execution still open keeps it on while others settle. Checked
+ * in a process of its own, by whether a promise reaction gets an async id (only while a
+ * hook is on).
  */
 const CHILD = join(__dirname, 'fixtures', 'idle-context-child.ts');
 const TS_REQUIRE = require.resolve('../support/ts-require.js');

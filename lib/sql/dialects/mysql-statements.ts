@@ -44,9 +44,9 @@ export function mysqlStatements(table: TableName, returning: boolean): MysqlStat
   // MariaDB: inserts, or leaves the row it finds as it is and returns it with `dead`, its
   // state by the statement's clock; a dead row (expired, not yet purged) is then taken over
   // by `takeOver`. Taking it over in this statement, as MySQL 8's below does, costs the server
-  // seven conditional assignments on every duplicate, a replay's claim included
-  // (bench/mariadb-claim.ts: 6 593-7 213 replay claims a second that way, 9 548-10 086 this
-  // way). The primary key's row lock orders concurrent claimers as below.
+  // seven conditional assignments on every duplicate, a replay's claim included (6 593-7 213
+  // replay claims a second that way, 9 548-10 086 this way: docs/performance.md, "What we
+  // learned"). The primary key's row lock orders concurrent claimers as below.
   const returningClaim = `INSERT INTO ${t} ${INSERT_COLUMNS}
 ${values}
 ON DUPLICATE KEY UPDATE \`key\` = \`key\`
