@@ -42,7 +42,9 @@ export interface IdempotentOptions {
    * live in the body (a webhook's event id) or in message metadata. Return
    * `undefined` when there is none. On a method called without a request (a provider
    * method, an event listener, a BullMQ processor, a schedule) `key` receives the
-   * method's own arguments instead: see `IdempotentMethodOptions`.
+   * method's own arguments instead: see `IdempotentMethodOptions`. On a WebSocket
+   * gateway handler (`@SubscribeMessage()`) it receives the message's data and the client,
+   * `(data, client)`, as `fingerprint` does, and is required (docs/websockets.md).
    * @default the `header` on HTTP; the transport's message id on microservices
    */
   key?: (context: ExecutionContext) => MaybePromise<string | number | undefined | null>;

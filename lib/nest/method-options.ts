@@ -8,6 +8,11 @@ import type { IdempotentOptions } from './idempotency.options.js';
  * names the operation. The options of HTTP routes (`header`, `replayHeaders`) and of
  * RabbitMQ (`ack`, `maxDeliveries`) do not apply and are refused at boot.
  *
+ * A WebSocket gateway handler (`@SubscribeMessage()`) takes the same `key` and
+ * `fingerprint`, over the message's data and the client: `key: (data: PlaceOrder, client)
+ * => data.requestId` (checked against the handler's first parameters when it declares
+ * them in that order, `@MessageBody()` then `@ConnectedSocket()`); `scope` is refused there.
+ *
  * @example
  * @Idempotent({ key: (refund: RefundRequest) => refund.id })
  * async refund(refund: RefundRequest) { ... }
