@@ -1,6 +1,6 @@
 import { IdempotencyConfigurationError } from '../core/errors.js';
 import { isConnectionLoss } from '../sql/failures.js';
-import type { IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
+import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
 import type { SqlResult, Statement } from '../sql/statement.js';
 import {
   drizzleDriverOf,
@@ -14,6 +14,9 @@ import {
   type PgQueryable,
 } from './drizzle-internals.js';
 import { runMysqlStatement, runPgStatement } from './statement-runners.js';
+import { runMysqlStatementDiscarding, runPgStatementDiscarding } from './pool-checkout.js';
+import { discardPgClient } from '../sql/pg-pool.js';
+import { onDeadline, type DeadlineSignal } from '../sql/deadline-signal.js';
 
 /** A Drizzle database as the store sees it: something with `transaction(fn, config)`. */
 export interface DrizzleDatabaseLike {
@@ -76,16 +79,26 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
     return database;
   }
 
-  run(statement: Statement): Promise<SqlResult> {
-    return this.runOnClient(this.driver.client, statement);
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
+    const driver = this.driver;
+    // On a pool under a deadline: a connection of its own, destroyed if the deadline passes (pool-checkout.ts).
+    if (signal && driver.pool) {
+      return driver.dialect === 'postgres'
+        ? runPgStatementDiscarding(driver.pool, statement, signal)
+        : runMysqlStatementDiscarding(driver.pool, statement, signal);
+    }
+    return this.runOnClient(driver.client, statement);
   }
 
-  async withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
+  async withConnection<T>(fn: (connection: SqlConnection) => Promise<T>, deadline?: ConnectionDeadline): Promise<T> {
     const driver = this.driver;
+    const signal = deadline?.signal;
     // A database made on one client (not a pool): that client is the connection.
     if (!driver.pool) return fn({ run: (statement) => this.run(statement) });
     if (driver.dialect === 'postgres') {
       const client = await driver.pool.connect();
+      // Past the deadline, the held connection is destroyed (its lock goes with the session).
+      const stopWatching = onDeadline(signal, () => discardPgClient(client));
       let lost: Error | undefined;
       try {
         return await fn({ run: (statement) => runPgStatement(client, statement) });
@@ -93,11 +106,13 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
         if (isConnectionLoss(error)) lost = error as Error;
         throw error;
       } finally {
+        stopWatching();
         // A client whose session is gone (or unknown) never goes back to the pool.
-        client.release(lost);
+        client.release(lost ?? signal?.reason);
       }
     }
     const connection = await driver.pool.getConnection();
+    const stopWatching = onDeadline(signal, () => connection.destroy());
     let lost = false;
     try {
       return await fn({ run: (statement) => runMysqlStatement(connection, statement) });
@@ -105,7 +120,8 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
       lost = isConnectionLoss(error);
       throw error;
     } finally {
-      if (lost) connection.destroy();
+      stopWatching();
+      if (lost || signal?.aborted) connection.destroy();
       else connection.release();
     }
   }
@@ -115,7 +131,11 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
    * rollback fails too, drizzle throws the rollback's error in place of `fn`'s: `fn`'s is
    * rethrown instead, and the failed rollback marks the transaction's connection as lost.
    */
-  async transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: DrizzleSqlTransaction) => Promise<T>): Promise<T> {
+  async transaction<T>(
+    isolation: IdempotentIsolationLevel | undefined,
+    fn: (tx: DrizzleSqlTransaction) => Promise<T>,
+    deadline?: ConnectionDeadline,
+  ): Promise<T> {
     const config = isolation ? { isolationLevel: isolation.toLowerCase() } : undefined;
     let tx: DrizzleSqlTransaction | undefined;
     let failed: { error: unknown } | undefined;
@@ -127,10 +147,14 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
           const connection = drizzleDriverOf(drizzleTx)?.client;
           if (!connection) throw new Error('The Drizzle transaction has no driver connection (drizzle-orm changed its internals).');
           tx = new DrizzleSqlTransaction(drizzleTx, (statement) => this.runOnClient(connection, statement));
+          // Past the deadline (a statement, the COMMIT) the transaction's connection is destroyed:
+          // drizzle's rollback then fails at once and its release leaves it out of the pool.
+          const stopWatching = onDeadline(deadline?.signal, () => this.discard(connection));
           try {
             return await fn(tx);
           } catch (error) {
             failed = { error };
+            stopWatching();
             throw error;
           }
         },
@@ -165,6 +189,12 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
       transaction: <T>(_isolation: IdempotentIsolationLevel | undefined, fn: (tx: DrizzleSqlTransaction) => Promise<T>) =>
         savepoint.call(outer, (inner) => fn(new DrizzleSqlTransaction(inner, run))) as Promise<T>,
     };
+  }
+
+  /** Destroys a connection past its deadline (a pg client, a mysql2 connection). */
+  private discard(connection: PgQueryable | MysqlQueryable): void {
+    if (this.driver.dialect === 'postgres') discardPgClient(connection);
+    else (connection as { destroy?(): void }).destroy?.();
   }
 
   private runOnClient(client: PgQueryable | MysqlQueryable, statement: Statement): Promise<SqlResult> {

@@ -1,4 +1,6 @@
 import type { DataSource, QueryRunner } from 'typeorm';
+import { discardConnectingPgClients } from '../../sql/pg-pool.js';
+import { pgPoolOf } from '../internals.js';
 
 /*
  * Discarding a connection that ran past the store's deadline (`statementTimeout`): its
@@ -39,7 +41,20 @@ export function discardConnection(dataSource: DataSource, connection: unknown): 
   }
 }
 
-/** Destroys the connection a query runner holds (none before `connect()` resolved: a late one is released by its caller). */
+/**
+ * Destroys the connection a query runner holds. None yet (its checkout ran past the
+ * deadline): on PostgreSQL, the pool's connections still being opened are destroyed
+ * (sql/pg-pool.ts: on a dead path their startup never gets an answer, and each holds a
+ * slot of the pool for good); a late checkout is released by its caller.
+ */
 export function discardRunnerConnection(dataSource: DataSource, runner: QueryRunner): void {
-  discardConnection(dataSource, (runner as { databaseConnection?: unknown }).databaseConnection);
+  const connection = (runner as { databaseConnection?: unknown }).databaseConnection;
+  if (connection) discardConnection(dataSource, connection);
+  else discardConnecting(dataSource);
+}
+
+/** A checkout ran past its deadline: destroys the pg pool's connections still being opened. */
+export function discardConnecting(dataSource: DataSource): void {
+  const pool = pgPoolOf(dataSource);
+  if (pool) discardConnectingPgClients(pool);
 }

@@ -2,7 +2,7 @@ import { onDeadline, type DeadlineSignal } from '../../sql/deadline-signal.js';
 import type { DataSource } from 'typeorm';
 import type { MysqlPool, PgPool, PgQueryable } from '../internals.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
-import { discardConnection } from './connection-discard.js';
+import { discardConnecting, discardConnection } from './connection-discard.js';
 import { runMysqlStatement } from './mysql-statement.js';
 import { runPgStatement } from './pg-statement.js';
 
@@ -25,7 +25,14 @@ export async function runPgStatementDiscarding(
   statement: Statement,
   signal: DeadlineSignal,
 ): Promise<SqlResult> {
-  const client = (await (pool.connect as () => Promise<PgPoolClient>)()) as PgPoolClient;
+  // A checkout past the deadline: the connections being opened are stuck (sql/pg-pool.ts).
+  const stopCheckout = onDeadline(signal, () => discardConnecting(dataSource));
+  let client: PgPoolClient;
+  try {
+    client = await (pool.connect as () => Promise<PgPoolClient>)();
+  } finally {
+    stopCheckout();
+  }
   // Checked out after the deadline: healthy but late, so straight back, the statement not run.
   if (signal.aborted) {
     client.release();

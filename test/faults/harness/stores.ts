@@ -122,7 +122,11 @@ export async function postgresFaultStore(options: SqlFaultStoreOptions = {}): Pr
     name: 'PostgreSQL',
     proxies: [proxy],
     async openBackend() {
-      const dataSource = new DataSource({ ...pgConnection, ...proxy.address, schema: db.schema, poolSize: options.poolSize ?? 4 });
+      // A transaction whose connection a dead path holds stays open on the server, with its
+      // locks, until the server ends the session: idle_in_transaction_session_timeout, as
+      // docs/reliability.md recommends for the transactional mode (issue 42).
+      const extra = options.transactional ? { options: '-c idle_in_transaction_session_timeout=2000' } : undefined;
+      const dataSource = new DataSource({ ...pgConnection, ...proxy.address, schema: db.schema, poolSize: options.poolSize ?? 4, extra });
       await dataSource.initialize();
       return {
         store: new TypeOrmIdempotencyStore(dataSource, options.storeOptions),
