@@ -1,4 +1,15 @@
-import { baselineOf, checkTargets, markdownReport, measureOrder, parseArgs, runBench, type RunSample } from '../../bench/run.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  baselineOf,
+  checkTargets,
+  markdownReport,
+  measureOrder,
+  parseArgs,
+  runBench,
+  type BenchResult,
+  type RunSample,
+} from '../../bench/run.js';
 
 // The pieces of `npm run bench` on one tiny case: the app child starts, autocannon
 // drives it, store calls are counted, and the report has its shape. No timing is
@@ -57,6 +68,21 @@ describe('bench harness', () => {
     // At the edges of a run the window is what there is.
     expect(baselineOf({ sample: bare(140), series, before: 0 }, cpu)).toBe(100);
     expect(baselineOf({ sample: bare(140), series, before: 6 }, cpu)).toBe(131);
+  });
+
+  it("gives docs/performance.md's table back from the saved run (`npm run bench -- --from bench/results/latest.json`)", () => {
+    const root = join(__dirname, '..', '..');
+    const saved = JSON.parse(readFileSync(join(root, 'bench', 'results', 'latest.json'), 'utf8')) as BenchResult;
+    const doc = readFileSync(join(root, 'docs', 'performance.md'), 'utf8');
+    const start = '<!-- bench:results:start -->';
+    const shown = doc
+      .slice(doc.indexOf(start) + start.length, doc.indexOf('<!-- bench:results:end -->'))
+      .trim()
+      .split('\n');
+    const rendered = markdownReport(saved, { docs: true }).trim().split('\n');
+    // The second line describes the harness's baseline as it is today (the six bare runs
+    // around each run); the published run divided by the two around it. Every figure is the run's.
+    expect(rendered.filter((_, i) => i !== 1)).toEqual(shown.filter((_, i) => i !== 1));
   });
 
   it('runs one first-execution case against the memory store and counts its store calls', async () => {
