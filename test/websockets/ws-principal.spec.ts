@@ -7,6 +7,8 @@ describe('wsPrincipalOf', () => {
     expect(wsPrincipalOf({ data: { user: { id: 7 } } })).toEqual(IdempotencyPrincipal.of('user.id', 7));
     expect(wsPrincipalOf({ user: { sub: 'alice' } })).toEqual(IdempotencyPrincipal.of('user.sub', 'alice'));
     expect(wsPrincipalOf({ handshake: { user: { id: 'alice' } } })).toEqual(IdempotencyPrincipal.of('user.id', 'alice'));
+    // Passport on socket.io's engine (io.engine.use(passport.session())).
+    expect(wsPrincipalOf({ request: { user: { id: 'alice' } } })).toEqual(IdempotencyPrincipal.of('user.id', 'alice'));
     // 7 and '7' are two callers.
     expect(String(wsPrincipalOf({ user: { id: 7 } }))).not.toBe(String(wsPrincipalOf({ user: { id: '7' } })));
   });
@@ -35,6 +37,7 @@ describe('wsPrincipalOf', () => {
     ['an Authorization header', { handshake: { headers: { authorization: 'Bearer jwt' } } }],
     ['an X-API-Key header', { handshake: { headers: { 'x-api-key': 'k' } } }],
     ['handshake.query.token', { handshake: { query: { token: 'jwt' } } }],
+    ['a session that holds a user', { handshake: {}, request: { session: { passport: { user: 'alice' } } } }],
   ])('refuses a handshake with %s and no user', (what, client) => {
     expect(() => wsPrincipalOf(client)).toThrow(expect.objectContaining({ message: expect.stringContaining(`credentials (${what})`) }));
   });

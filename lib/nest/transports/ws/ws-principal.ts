@@ -17,6 +17,11 @@ export interface GatewayClientLike {
     headers?: Record<string, string | string[] | undefined>;
     query?: Record<string, unknown>;
   } | null;
+  /**
+   * socket.io's `socket.request`, the handshake's HTTP request: Passport on the engine
+   * (`io.engine.use(passport.session())`) puts the user there, express-session its session.
+   */
+  request?: { user?: unknown; session?: unknown } | null;
 }
 
 /** Where the principal is read, in order; each set place must name the same caller. */
@@ -24,6 +29,7 @@ const PLACES: ReadonlyArray<readonly [string, (client: GatewayClientLike) => unk
   ['client.data.user', (client) => client.data?.user],
   ['client.user', (client) => client.user],
   ['client.handshake.user', (client) => client.handshake?.user],
+  ['client.request.user', (client) => client.request?.user],
 ];
 
 /** Handshake headers that carry credentials, as on HTTP. */
@@ -40,12 +46,13 @@ function isSet(value: unknown): boolean {
 }
 
 /**
- * Who sent a gateway message: the caller on `client.data.user`, `client.user` or (a
- * Passport guard on the handshake) `client.handshake.user`, typed and with the source
- * `user`, as on HTTP, so that two sockets of one user (a reconnect is a new socket) share
- * the key space and two users never do. Several places set to different callers are
- * refused; so is a handshake that carries credentials (`auth.token`, `query.token`, an
- * `Authorization` or `X-API-Key` header) while no place names a caller: treating it as
+ * Who sent a gateway message: the caller on `client.data.user`, `client.user`,
+ * `client.handshake.user` (a Passport guard on the handshake) or `client.request.user`
+ * (Passport on socket.io's engine), typed and with the source `user`, as on HTTP, so that
+ * two sockets of one user (a reconnect is a new socket) share the key space and two users
+ * never do. Several places set to different callers are refused; so is a handshake that
+ * carries credentials (`auth.token`, `query.token`, an `Authorization` or `X-API-Key`
+ * header, a session holding a user) while no place names a caller: treating it as
  * anonymous would let one caller replay another's answer.
  */
 export function wsPrincipalOf(client: GatewayClientLike | undefined | null): IdempotencyPrincipal | undefined {
@@ -94,5 +101,9 @@ function credentialsOf(client: GatewayClientLike): string | undefined {
     if (isSet(headers[name])) return `an ${name === 'authorization' ? 'Authorization' : 'X-API-Key'} header`;
   }
   if (isSet(handshake.query?.token)) return 'handshake.query.token';
+  const session = client.request?.session as { passport?: { user?: unknown }; user?: unknown; userId?: unknown } | undefined | null;
+  if (typeof session === 'object' && session !== null && (isSet(session.passport?.user) || isSet(session.user) || isSet(session.userId))) {
+    return 'a session that holds a user';
+  }
   return undefined;
 }
