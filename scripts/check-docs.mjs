@@ -116,8 +116,12 @@ for (const file of files) {
   for (const [app, appFiles] of docAppsOf(readFileSync(file, 'utf8'))) {
     const appDir = join(workDir, 'apps', stem, app);
     if (appFiles.has('prisma/schema.prisma')) generatePrismaClient(appDir, appFiles.get('prisma/schema.prisma').code);
-    for (const [path, { code, lang, line }] of appFiles) {
-      if (lang !== 'ts' && lang !== 'typescript') continue;
+    // The app's package.json, or getting-started's as the pages say (test/docs/support/doc-app.ts
+    // does the same): its "type" decides whether tsc reads the files as ES modules or CommonJS.
+    mkdirSync(appDir, { recursive: true });
+    writeFileSync(join(appDir, 'package.json'), (appFiles.get('package.json') ?? gettingStartedPackageJson()).code);
+    for (const [path, { code, lang, line, nocheck }] of appFiles) {
+      if ((lang !== 'ts' && lang !== 'typescript') || nocheck) continue;
       const target = join(appDir, path);
       mkdirSync(dirname(target), { recursive: true });
       writeFileSync(target, rewriteImports(code, dirname(target)));
@@ -125,6 +129,11 @@ for (const file of files) {
       checked++;
     }
   }
+}
+
+function gettingStartedPackageJson() {
+  const files = docAppsOf(readFileSync(join(root, 'docs', 'getting-started.md'), 'utf8')).get('default');
+  return files?.get('package.json') ?? { code: '{}\n' };
 }
 
 /**

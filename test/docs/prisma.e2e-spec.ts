@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { Client } from 'pg';
-import { cleanUpDocApps, installedPackage, pageApps, requestJson, root, run, startHttpApp, stopApp } from './support/doc-app.js';
+import { buildApp, buildPageApps, cleanUpDocApps, packagePath, requestJson, run, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
  * docs/prisma.md as a user meets it: the page's refunds app written from its text,
  * `prisma generate` (offline: generate needs no schema engine, the CLI only insists on
- * one), built by `tsc` with getting-started's tsconfig.json against the built package,
+ * one), built by `tsc` with getting-started's tsconfig.json against the built package
+ * (on the repository's install, or on the page's own in a fresh folder: doc-app.ts),
  * started with `node dist/main.js`, and sent refunds and their retries on PostgreSQL.
  */
 const PG = `postgres://${process.env.PGUSER ?? 'postgres'}@${process.env.PGHOST ?? '127.0.0.1'}:${process.env.PGPORT ?? 5432}`;
@@ -30,26 +30,19 @@ describe('docs/prisma.md, built and run as a user would', () => {
       "CREATE TABLE accounts (id text PRIMARY KEY, balance integer NOT NULL, version integer NOT NULL DEFAULT 0); INSERT INTO accounts VALUES ('acc_1', 1000, 0)",
     );
 
-    const files = pageApps('prisma').get('default')!;
-    dir = join(await installedPackage(), `prisma-default-${process.pid}`);
-    rmSync(dir, { recursive: true, force: true });
-    for (const [path, { code }] of files) {
-      mkdirSync(dirname(join(dir, path)), { recursive: true });
-      writeFileSync(join(dir, path), code);
-    }
+    dir = (await buildPageApps('prisma', ['default'], { build: false })).get('default')!;
     // The page's `npx prisma generate && npm run build`.
-    await run(process.execPath, [join(root, 'node_modules/prisma/build/index.js'), 'generate'], dir, {
+    await run(process.execPath, [join(packagePath(dir, 'prisma'), 'build', 'index.js'), 'generate'], dir, {
       ...process.env,
       PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true',
       PRISMA_HIDE_UPDATE_MESSAGE: '1',
       CHECKPOINT_DISABLE: '1',
     });
-    await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], dir);
+    await buildApp(dir);
   }, 300_000);
 
   afterAll(async () => {
     cleanUpDocApps();
-    if (dir) rmSync(dir, { recursive: true, force: true });
     await pg?.end();
     await admin?.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     await admin?.end();

@@ -1,30 +1,48 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { appendFileSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { freePort, waitFor } from '../../messages/support.js';
 
 /**
  * A documentation page's applications, built and run as a user meets them. Every app a
  * page shows as files (```ts file=src/main.ts app=redis, see scripts/doc-apps.mjs) is
- * written to a folder of its own, compiled by `tsc` with its tsconfig.json against the
- * built package (CommonJS, as `nest new` makes apps), and started like the page's `npm
- * start` (`node dist/main.js`). A page that shows no package.json or tsconfig.json gets
- * getting-started's, which the pages point to (`strict: true`).
+ * written to a folder of its own, compiled by `tsc` with its tsconfig.json, and started
+ * like the page's `npm start` (`node dist/main.js`). A page that shows no package.json or
+ * tsconfig.json gets getting-started's, which the pages point to (`strict: true`).
  *
- * The package is built once per content of lib/ and shared by every page's apps, in
- * `.tmp/docs-apps/pkg-<hash>/node_modules/nestjs-idempotency`; the apps live beside it, so
- * Node finds it there and everything else in the repository's node_modules, the one
- * install all scratch apps share.
+ * Two ways to get the packages the apps import:
+ *
+ * - by default (`npm test`), the repository's own install: the package is built once per
+ *   content of lib/ into `.tmp/docs-apps/pkg-<hash>/node_modules/nestjs-idempotency`, the
+ *   apps live beside it, and Node finds everything else in the repository's node_modules;
+ * - on a fresh install (`npm run test:docs:fresh`, scripts/docs-fresh.mjs, which sets
+ *   DOCS_FRESH_DIR and DOCS_FRESH_TARBALL): every page gets a folder outside the
+ *   repository holding only the page's package.json, where the page's own install lines
+ *   (```bash blocks: `npm install ...`, `npm pkg set ...`) run in the order written, with
+ *   the packed package in place of `nestjs-idempotency`. A package no line installs, or a
+ *   peer conflict (ERESOLVE), fails the page. Pages whose install lines and package.json
+ *   are the same share one install.
  */
-
 export type AppFiles = Map<string, { code: string; lang?: string; line?: number }>;
 
 export const root = join(__dirname, '..', '..', '..');
-const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+
+/** The fresh-install run's folder and the packed package (scripts/docs-fresh.mjs), or undefined on the repository's install. */
+const FRESH_DIR = process.env.DOCS_FRESH_DIR;
+const FRESH_TARBALL = process.env.DOCS_FRESH_TARBALL;
+export const freshInstall = FRESH_DIR !== undefined;
 
 // The reader is shared with scripts/check-docs.mjs, an ES module; Jest's transform loads it.
-const { docAppsOf } = require('../../../scripts/doc-apps.mjs') as { docAppsOf: (markdown: string) => Map<string, AppFiles> };
+const {
+  docAppsOf,
+  installLinesOf: installLinesIn,
+  freshInstallKeyOf,
+} = require('../../../scripts/doc-apps.mjs') as {
+  docAppsOf: (markdown: string) => Map<string, AppFiles>;
+  installLinesOf: (markdown: string) => string[];
+  freshInstallKeyOf: (packageJson: string, lines: readonly string[]) => string;
+};
 
 /** Runs a command to its end; rejects with its output when it exits non-zero. */
 export function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
@@ -57,13 +75,16 @@ export function pageApps(page: string): Map<string, AppFiles> {
 const LIB_REF = process.env.DOCS_LIB_REF;
 const SOURCES = ['lib', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
 
+/** What buildPackage() makes, in the hash too: a change of it builds the package again. */
+const BUILD_SHAPE = 'dist/esm + dist/cjs';
+
 function libHash(): string {
   if (LIB_REF) {
     const tree = spawnSync('git', ['rev-parse', ...SOURCES.map((source) => `${LIB_REF}:${source}`)], { cwd: root, encoding: 'utf8' });
     if (tree.status !== 0) throw new Error(`DOCS_LIB_REF=${LIB_REF}: ${tree.stderr}`);
-    return createHash('sha256').update(tree.stdout.trim()).update(LIB_REF).digest('hex').slice(0, 16);
+    return createHash('sha256').update(tree.stdout.trim()).update(LIB_REF).update(BUILD_SHAPE).digest('hex').slice(0, 16);
   }
-  const hash = createHash('sha256');
+  const hash = createHash('sha256').update(BUILD_SHAPE);
   const walk = (dir: string) => {
     for (const name of readdirSync(dir).sort()) {
       const path = join(dir, name);
@@ -96,12 +117,10 @@ function processAlive(pid: number): boolean {
 }
 
 /**
- * The folder whose node_modules holds the package as npm installs it for a CommonJS app
- * (package.json and dist/cjs), built once for this content of lib/: suites running at
- * the same time wait for the one that builds it.
+ * Runs `build` once for `home` (its `.ready` marker): suites running at the same time wait
+ * for the one that builds it.
  */
-export async function installedPackage(): Promise<string> {
-  const home = join(root, '.tmp', 'docs-apps', `pkg-${libHash()}`);
+async function once(home: string, what: string, build: () => Promise<void>): Promise<string> {
   const ready = join(home, '.ready');
   const lock = `${home}.lock`;
   mkdirSync(dirname(home), { recursive: true });
@@ -117,59 +136,148 @@ export async function installedPackage(): Promise<string> {
         // the builder has not written its pid yet, or has just finished
       }
       if (owner && !processAlive(owner)) rmSync(lock, { recursive: true, force: true });
-      else await waitFor('another suite to build the package for the docs apps', () => existsSync(ready) || !existsSync(lock), 240_000);
+      else await waitFor(`another suite to ${what}`, () => existsSync(ready) || !existsSync(lock), 600_000);
       continue;
     }
     try {
       writeFileSync(join(lock, 'pid'), String(process.pid));
-      if (!existsSync(ready)) await buildPackage(join(home, 'node_modules', 'nestjs-idempotency'), await sourcesDir(home));
-      writeFileSync(ready, new Date().toISOString());
+      if (!existsSync(ready)) {
+        await build();
+        writeFileSync(ready, new Date().toISOString());
+      }
     } finally {
       rmSync(lock, { recursive: true, force: true });
     }
   }
 }
 
+/**
+ * The folder whose node_modules holds the package as npm installs it (package.json,
+ * dist/cjs and dist/esm), built once for this content of lib/, for the apps on the
+ * repository's install.
+ */
+export async function installedPackage(): Promise<string> {
+  const home = join(root, '.tmp', 'docs-apps', `pkg-${libHash()}`);
+  return once(home, 'build the package for the docs apps', async () =>
+    buildPackage(join(home, 'node_modules', 'nestjs-idempotency'), await sourcesDir(home)),
+  );
+}
+
 async function buildPackage(target: string, sources: string): Promise<void> {
   rmSync(target, { recursive: true, force: true });
-  const out = join(target, 'dist', 'cjs');
-  mkdirSync(out, { recursive: true });
+  mkdirSync(target, { recursive: true });
   copyFileSync(join(sources, 'package.json'), join(target, 'package.json'));
-  const args = [
-    '-p',
-    'tsconfig.build.json',
-    '--outDir',
-    out,
-    '--module',
-    'CommonJS',
-    '--moduleResolution',
-    'Node10',
-    '--ignoreDeprecations',
-    '6.0',
+  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+  // As scripts/build.mjs builds the published package: ES modules for `import`, CommonJS for `require`.
+  const builds = [
+    { dir: 'esm', type: 'module', args: ['--module', 'ES2022', '--moduleResolution', 'Bundler'] },
+    { dir: 'cjs', type: 'commonjs', args: ['--module', 'CommonJS', '--moduleResolution', 'Node10', '--ignoreDeprecations', '6.0'] },
   ];
-  await run(process.execPath, [tsc, ...args], sources);
-  writeFileSync(join(out, 'package.json'), JSON.stringify({ type: 'commonjs' }));
+  await Promise.all(
+    builds.map(async ({ dir, type, args }) => {
+      const out = join(target, 'dist', dir);
+      mkdirSync(out, { recursive: true });
+      await run(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', out, ...args], sources);
+      writeFileSync(join(out, 'package.json'), JSON.stringify({ type }));
+    }),
+  );
+}
+
+/** The install lines of docs/<page>.md in the order written (scripts/doc-apps.mjs). */
+export function installLinesOf(page: string): string[] {
+  return installLinesIn(readFileSync(join(root, 'docs', `${page}.md`), 'utf8'));
+}
+
+/** The install lines of a page with none of its own: getting-started's, whose project it builds on, as it says. */
+export function freshInstallLinesOf(page: string): string[] {
+  const own = installLinesOf(page);
+  return own.length > 0 ? own : installLinesOf('getting-started');
+}
+
+/** The folder of a page's fresh install: one per package.json and install lines (scripts/docs-fresh.mjs makes them first). */
+export function freshInstallKey(packageJson: string, lines: readonly string[]): string {
+  return freshInstallKeyOf(packageJson, lines);
+}
+
+function record(entry: Record<string, unknown>): void {
+  if (FRESH_DIR) appendFileSync(join(FRESH_DIR, 'timings.jsonl'), JSON.stringify(entry) + '\n');
+}
+
+/**
+ * A fresh folder outside the repository for docs/<page>.md: its package.json only, then
+ * the page's install lines in order (npm against the registry, the shared cache first),
+ * with the packed package for `nestjs-idempotency`. Installed once per run for each
+ * distinct package.json and set of lines.
+ */
+async function freshHome(page: string, packageJson: string): Promise<string> {
+  const lines = freshInstallLinesOf(page);
+  const home = join(FRESH_DIR!, `install-${freshInstallKey(packageJson, lines)}`);
+  const started = Date.now();
+  let installed = false;
+  await once(home, `install the packages of docs/${page}.md`, async () => {
+    installed = true;
+    rmSync(home, { recursive: true, force: true });
+    mkdirSync(home, { recursive: true });
+    writeFileSync(join(home, 'package.json'), packageJson);
+    const env = {
+      ...process.env,
+      npm_config_prefer_offline: 'true',
+      npm_config_audit: 'false',
+      npm_config_fund: 'false',
+      npm_config_update_notifier: 'false',
+      npm_config_legacy_peer_deps: 'false',
+      npm_config_force: 'false',
+    };
+    for (const line of lines) {
+      const command = line.replace(/(?<=\s)nestjs-idempotency(?=\s|$)/g, FRESH_TARBALL!);
+      const lineStarted = Date.now();
+      try {
+        await run('bash', ['-c', command], home, env);
+      } catch (error) {
+        throw new Error(`docs/${page}.md, install line \`${line}\` failed in a fresh folder:\n${(error as Error).message}`, {
+          cause: error,
+        });
+      }
+      record({ page, install: home, line, seconds: (Date.now() - lineStarted) / 1000 });
+    }
+  });
+  record({ page, install: home, lines, seconds: (Date.now() - started) / 1000, shared: !installed });
+  return home;
+}
+
+/**
+ * The folder of an installed package as the app in `dir` resolves it (its node_modules,
+ * or a parent's): the page's fresh install, or the repository's.
+ */
+export function packagePath(dir: string, name: string): string {
+  for (let at = dir; ; at = dirname(at)) {
+    const candidate = join(at, 'node_modules', ...name.split('/'));
+    if (existsSync(join(candidate, 'package.json'))) return candidate;
+    if (dirname(at) === at)
+      throw new Error(`${name} is not installed for the app in ${dir}${freshInstall ? ' (no install line of the page installs it)' : ''}`);
+  }
 }
 
 const made: string[] = [];
 
 /**
  * Writes each named app of docs/<page>.md to a folder of its own and builds it with `tsc
- * -p <tsconfig>` (the page's `npm run build`); resolves to the folders by app name.
- * `extra` adds files a page tells the reader to take from another page.
+ * -p <tsconfig>` (the page's `npm run build`) from the app's install; resolves to the
+ * folders by app name. `extra` adds files a page tells the reader to take from another
+ * page; `build: false` only writes the files (for a page whose build runs a generator first).
  */
 export async function buildPageApps(
   page: string,
   names: string[],
-  options: { tsconfig?: string; extra?: Record<string, AppFiles> } = {},
+  options: { tsconfig?: string; extra?: Record<string, AppFiles>; build?: boolean } = {},
 ): Promise<Map<string, string>> {
   const apps = pageApps(page);
-  const home = await installedPackage();
   const dirs = new Map<string, string>();
   await Promise.all(
     names.map(async (name) => {
       const files = apps.get(name) ?? options.extra?.[name];
       if (!files) throw new Error(`docs/${page}.md shows no app "${name}" (it shows: ${[...apps.keys()].join(', ')})`);
+      const home = freshInstall ? await freshHome(page, files.get('package.json')?.code ?? '{}\n') : await installedPackage();
       const dir = join(home, `${page}-${name}-${process.pid}`);
       rmSync(dir, { recursive: true, force: true });
       made.push(dir);
@@ -177,11 +285,18 @@ export async function buildPageApps(
         mkdirSync(dirname(join(dir, path)), { recursive: true });
         writeFileSync(join(dir, path), code);
       }
-      await run(process.execPath, [tsc, '-p', options.tsconfig ?? 'tsconfig.json'], dir);
+      if (options.build !== false) await buildApp(dir, options.tsconfig);
       dirs.set(name, dir);
     }),
   );
   return dirs;
+}
+
+/** The page's `npm run build`: the app's own TypeScript compiler on its tsconfig. */
+export async function buildApp(dir: string, tsconfig = 'tsconfig.json'): Promise<void> {
+  const started = Date.now();
+  await run(process.execPath, [join(packagePath(dir, 'typescript'), 'bin', 'tsc'), '-p', tsconfig], dir);
+  record({ app: relative(FRESH_DIR ?? root, dir), build: (Date.now() - started) / 1000 });
 }
 
 export interface RunningApp {
