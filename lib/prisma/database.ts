@@ -1,4 +1,6 @@
-import type { IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
+import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
+import { onDeadline, type DeadlineSignal } from '../sql/deadline-signal.js';
+import { discardStuckPrismaPgClients, prismaPgPoolOf } from './pg-pool-of.js';
 import { isConnectionLoss } from '../sql/failures.js';
 import { answersRows, type SqlResult, type Statement } from '../sql/statement.js';
 import type { PrismaClientLike, PrismaProvider, PrismaTransactionClientLike, PrismaTransactionOptions } from './prisma-client.js';
@@ -25,46 +27,86 @@ const HELD_CONNECTION_TIMEOUT = 10 * 60_000;
  * READ COMMITTED.
  */
 export class PrismaDatabase implements SqlDatabase<PrismaTransaction> {
+  /** The pg Pool under the client, when the store can reach it (pg-pool-of.ts). */
+  private readonly pgPool: ReturnType<typeof prismaPgPoolOf>;
+  /** Whether a connection stuck past the deadline is destroyed (on a reachable pg Pool) or left to the driver. */
+  readonly discardsStuckConnections: boolean;
+
   constructor(
     readonly identity: PrismaClientLike,
     private readonly provider: PrismaProvider,
     private readonly options: PrismaTransactionOptions,
-  ) {}
-
-  run(statement: Statement): Promise<SqlResult> {
-    return runOn(this.identity, this.provider, statement);
+  ) {
+    this.pgPool = provider === 'postgresql' ? prismaPgPoolOf(identity) : undefined;
+    this.discardsStuckConnections = this.pgPool !== undefined;
   }
 
-  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-    return this.identity.$transaction(
+  run(statement: Statement, signal?: DeadlineSignal): Promise<SqlResult> {
+    const work = runOn(this.identity, this.provider, statement);
+    if (!signal || !this.pgPool) return work;
+    // Past the deadline, the connection running this statement (and any still being opened) is destroyed.
+    return this.discardingOnDeadline(signal, () => [statement.sql], work);
+  }
+
+  withConnection<T>(fn: (connection: SqlConnection) => Promise<T>, deadline?: ConnectionDeadline): Promise<T> {
+    let last = 'BEGIN';
+    const work = this.identity.$transaction(
       (tx: PrismaTransactionClientLike) =>
         fn({
-          run: (statement) =>
+          run: (statement) => {
             // The connection's transaction runs at READ COMMITTED already: the MySQL purge's
             // per-batch isolation (refused inside a transaction) is in force as asked.
-            /^SET TRANSACTION ISOLATION LEVEL READ COMMITTED$/i.test(statement.sql)
-              ? Promise.resolve({ rows: [], affected: 0 })
-              : runOn(tx, this.provider, statement),
+            if (/^SET TRANSACTION ISOLATION LEVEL READ COMMITTED$/i.test(statement.sql)) return Promise.resolve({ rows: [], affected: 0 });
+            last = statement.sql;
+            return runOn(tx, this.provider, statement);
+          },
         }),
       { maxWait: this.options.maxWait, timeout: HELD_CONNECTION_TIMEOUT, isolationLevel: 'ReadCommitted' },
     );
+    if (!deadline || !this.pgPool) return work;
+    return this.discardingOnDeadline(deadline.signal, () => [last, 'BEGIN', 'COMMIT'], work);
   }
 
-  transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: PrismaTransaction) => Promise<T>): Promise<T> {
-    return this.identity.$transaction((client: PrismaTransactionClientLike) => fn(this.transactionOn(client)), {
+  transaction<T>(
+    isolation: IdempotentIsolationLevel | undefined,
+    fn: (tx: PrismaTransaction) => Promise<T>,
+    deadline?: ConnectionDeadline,
+  ): Promise<T> {
+    let tx: ReturnType<PrismaDatabase['transactionOn']> | undefined;
+    const work = this.identity.$transaction((client: PrismaTransactionClientLike) => fn((tx = this.transactionOn(client))), {
       maxWait: this.options.maxWait,
       timeout: this.options.timeout,
       ...(isolation ? { isolationLevel: ISOLATION[isolation] } : {}),
     });
+    if (!deadline || !this.pgPool) return work;
+    // BEGIN and its SET TRANSACTION are Prisma's; after the work, its COMMIT.
+    return this.discardingOnDeadline(deadline.signal, () => [tx?.lastSql ?? 'BEGIN', 'BEGIN', 'COMMIT'], work);
+  }
+
+  /** `work`, with the pg connections stuck on `statements()` destroyed if `signal` aborts. */
+  private async discardingOnDeadline<T>(signal: DeadlineSignal, statements: () => string[], work: Promise<T>): Promise<T> {
+    const pool = this.pgPool!;
+    const stopWatching = onDeadline(signal, () => {
+      const ms = (signal.reason as { ms?: number } | undefined)?.ms ?? 0;
+      // Checked out at least half the deadline ago: the request that started the stuck statement, not a later one.
+      discardStuckPrismaPgClients(pool, statements(), ms / 2);
+    });
+    try {
+      return await work;
+    } finally {
+      stopWatching();
+    }
   }
 
   /** The port's transaction on an open transaction client. */
-  transactionOn(client: PrismaTransactionClientLike): PrismaTransaction & { connectionLost: boolean } {
+  transactionOn(client: PrismaTransactionClientLike): PrismaTransaction & { connectionLost: boolean; lastSql: string | undefined } {
     const provider = this.provider;
     const tx = {
       client,
       connectionLost: false,
+      lastSql: undefined as string | undefined,
       run: async (statement: Statement) => {
+        tx.lastSql = statement.sql;
         try {
           return await runOn(client, provider, statement);
         } catch (error) {

@@ -18,9 +18,21 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
 export class StatementDeadlineError extends Error {
   readonly code = 'ETIMEDOUT';
 
-  constructor(what: string, ms: number) {
+  /**
+   * @param ms the deadline, ms
+   * @param connection what became of the stuck connection: destroyed by the store, or left
+   *   to the driver (one the store cannot reach: see `SqlDatabase.discardsStuckConnections`)
+   */
+  constructor(
+    what: string,
+    readonly ms: number,
+    connection: 'discarded' | 'left to the driver' = 'discarded',
+  ) {
     super(
-      `The database did not answer ${what} within statementTimeout (${ms} ms); its connection was discarded. ` +
+      `The database did not answer ${what} within statementTimeout (${ms} ms); ` +
+        (connection === 'discarded'
+          ? 'its connection was discarded. '
+          : 'its connection was left to the driver, which may hand it out again (see docs/reliability.md, "A path that drops every packet"). ') +
         'Check the database and the network path to it, or raise statementTimeout if statements this slow are expected.',
     );
     this.name = 'StatementDeadlineError';
@@ -49,15 +61,17 @@ class PendingStatement extends DeadlineSignal implements TimerQueueItem {
 export function withDeadline<Tx extends SqlTransaction>(db: SqlDatabase<Tx>, ms: number | undefined): SqlDatabase<Tx> {
   const limit = ms ?? DEFAULT_STATEMENT_TIMEOUT_MS;
   if (limit === 0 || bounded.has(db)) return db;
+  const connection = db.discardsStuckConnections === false ? 'left to the driver' : 'discarded';
   // Every statement on the pool waits the same `limit`: one timer for all of them (a
   // timer per statement cost each one a timer created and cleared).
   const statements = new TimerQueue<PendingStatement>(limit, (pending) => {
-    const error = new StatementDeadlineError('a statement', limit);
+    const error = new StatementDeadlineError('a statement', limit, connection);
     pending.abort(error);
     pending.reject(error);
   });
   const decorated: SqlDatabase<Tx> = {
     identity: db.identity,
+    discardsStuckConnections: db.discardsStuckConnections,
     run(statement: Statement): Promise<SqlResult> {
       return new Promise<SqlResult>((resolve, reject) => {
         const pending = new PendingStatement(reject);
@@ -65,7 +79,7 @@ export function withDeadline<Tx extends SqlTransaction>(db: SqlDatabase<Tx>, ms:
       });
     },
     withConnection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-      const held = new HeldConnection(limit);
+      const held = new HeldConnection(limit, connection);
       return held.open((deadline) =>
         db.withConnection(
           (connection) => held.entered(() => fn({ run: (statement) => deadline.bound(() => connection.run(statement)) })),
@@ -74,7 +88,7 @@ export function withDeadline<Tx extends SqlTransaction>(db: SqlDatabase<Tx>, ms:
       );
     },
     transaction<T>(isolation: IdempotentIsolationLevel | undefined, fn: (tx: Tx) => Promise<T>): Promise<T> {
-      const held = new HeldConnection(limit);
+      const held = new HeldConnection(limit, connection);
       return held.open((deadline) =>
         db.transaction(
           isolation,
@@ -112,7 +126,10 @@ class HeldConnection implements ConnectionDeadline {
   private expire: ((error: StatementDeadlineError) => void) | undefined;
   private error: StatementDeadlineError | undefined;
 
-  constructor(private readonly ms: number) {}
+  constructor(
+    private readonly ms: number,
+    private readonly connection: 'discarded' | 'left to the driver',
+  ) {}
 
   get aborted(): boolean {
     return this.error !== undefined;
@@ -164,7 +181,7 @@ class HeldConnection implements ConnectionDeadline {
 
   private abort(what: string): StatementDeadlineError {
     if (!this.error) {
-      this.error = new StatementDeadlineError(what, this.ms);
+      this.error = new StatementDeadlineError(what, this.ms, this.connection);
       this.signal.abort(this.error);
     }
     return this.error;

@@ -64,6 +64,12 @@ export interface SqlDatabase<Tx extends SqlTransaction = SqlTransaction> {
    */
   readonly identity: object;
   /**
+   * False when the implementation cannot destroy a connection whose operation ran past
+   * the deadline (it leaves it to the driver): the deadline's error then says so.
+   * @default true
+   */
+  readonly discardsStuckConnections?: boolean;
+  /**
    * Runs one statement on any pooled connection, outside any transaction (autocommit).
    * When `signal` aborts (the statement ran past the deadline), the connection it holds
    * is destroyed rather than released, where the implementation can.
