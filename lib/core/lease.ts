@@ -277,7 +277,7 @@ class CompleteWrite implements SettlingWrite {
   async send(): Promise<boolean> {
     if (!this.outbox) return this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl });
     const completed = await this.store.complete(this.key, this.token, { result: this.result, ttl: this.ttl, outbox: this.outbox });
-    if (completed) outboxStaged(this.store);
+    if (completed) outboxStaged();
     return completed;
   }
 

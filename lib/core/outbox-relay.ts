@@ -102,7 +102,7 @@ export class OutboxRelay {
   start(): void {
     if (!this.stopped) return;
     this.stopped = false;
-    this.unregister = onOutboxStaged(this.store, () => this.wake());
+    this.unregister = onOutboxStaged(() => this.wake());
     this.schedule(0);
   }
 

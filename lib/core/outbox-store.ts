@@ -91,4 +91,6 @@ export interface IdempotencyOutboxStore {
   settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean>;
   /** What waits to be sent: how many executions, and the oldest one's staging time. */
   outboxBacklog(): Promise<OutboxBacklog>;
+  /** False where this store cannot stage messages (a SQL dialect without an outbox yet): `emit()` is refused. @default true */
+  readonly outboxAvailable?: boolean;
 }

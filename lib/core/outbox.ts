@@ -1,6 +1,6 @@
 import { IdempotencyConfigurationError, IdempotencyStoreUnavailableError } from './errors.js';
 import { sha256 } from './hash.js';
-import { currentSlot, type StepHost } from './step-context.js';
+import { currentOutboxSlot, type StepHost } from './step-context.js';
 import type { IdempotencyOutboxStore, OutboxMessage, StagedOutbox } from './outbox-store.js';
 import type { IdempotencyStore } from './store.js';
 
@@ -8,7 +8,10 @@ import type { IdempotencyStore } from './store.js';
 export function supportsOutbox<S extends IdempotencyStore>(store: S): store is S & IdempotencyOutboxStore {
   const outbox = store as Partial<IdempotencyOutboxStore>;
   return (
-    typeof outbox.claimOutbox === 'function' && typeof outbox.settleOutbox === 'function' && typeof outbox.outboxBacklog === 'function'
+    typeof outbox.claimOutbox === 'function' &&
+    typeof outbox.settleOutbox === 'function' &&
+    typeof outbox.outboxBacklog === 'function' &&
+    outbox.outboxAvailable !== false
   );
 }
 
@@ -36,15 +39,19 @@ export function sealOutbox(host: Pick<StepHost, 'outbox'>): StagedOutbox | undef
  * for a payload JSON cannot carry; `IdempotencyStoreUnavailableError` in a run through a
  * store outage (`onStoreError: 'fail-open'`), which has no record to stage with.
  */
-export function stageOutboxMessage(client: string, pattern: unknown, data: unknown): { message: OutboxMessage; store: IdempotencyStore } {
-  const slot = currentSlot();
+export function stageOutboxMessage(
+  client: string,
+  pattern: unknown,
+  data: unknown,
+): { message: OutboxMessage; store: IdempotencyStore | undefined } {
+  const slot = currentOutboxSlot();
   if (!slot) {
     throw new IdempotencyConfigurationError(
       `IdempotencyOutbox.emit(${client}, ${describePattern(pattern)}) was called outside an idempotent execution, where nothing stages the message with a record.`,
       'Call it inside an @Idempotent() handler (with a key), a makeIdempotent function, IdempotencyService.run or runIdempotentTransaction, before the handler returns; to send at once, call the ClientProxy yourself.',
     );
   }
-  const host = slot.host;
+  const host: Pick<StepHost, 'key' | 'token' | 'outbox'> | undefined = slot.outboxHost ?? slot.host;
   if (!host) {
     throw new IdempotencyStoreUnavailableError(
       new Error(
@@ -52,11 +59,11 @@ export function stageOutboxMessage(client: string, pattern: unknown, data: unkno
       ),
     );
   }
-  const store = host.policy.store;
-  if (!supportsOutbox(store)) {
+  const store = slot.outboxHost ? slot.outboxHost.store : slot.host!.policy.store;
+  if (!slot.outboxHost && !supportsOutbox(store!)) {
     throw new IdempotencyConfigurationError(
-      `IdempotencyOutbox.emit(${client}, ${describePattern(pattern)}) runs on a store without an outbox (${store.constructor?.name ?? 'custom store'}).`,
-      'Use a built-in store with an outbox (MemoryIdempotencyStore, or the SQL stores with transactional: true), or implement IdempotencyOutboxStore.',
+      `IdempotencyOutbox.emit(${client}, ${describePattern(pattern)}) runs on a store without an outbox (${store!.constructor?.name ?? 'custom store'}).`,
+      'Use a built-in store with an outbox (MemoryIdempotencyStore, TypeOrmIdempotencyStore), or implement IdempotencyOutboxStore.',
     );
   }
   const draft = (host.outbox ??= { id: outboxIdOf(host.key, host.token), messages: [] });
@@ -92,19 +99,16 @@ function describePattern(pattern: unknown): string {
   }
 }
 
-/** The relays of each store in this process, woken when an execution staged messages on it. */
-const wakers = new WeakMap<IdempotencyStore, Set<() => void>>();
+/** The relays of this process, woken whenever an execution committed staged messages (on any store). */
+const wakers = new Set<() => void>();
 
-/** Registers `wake`, called whenever messages are staged on `store` in this process; returns the function that removes it. */
-export function onOutboxStaged(store: IdempotencyStore, wake: () => void): () => void {
-  let set = wakers.get(store);
-  if (!set) wakers.set(store, (set = new Set()));
-  set.add(wake);
-  return () => set.delete(wake);
+/** Registers `wake`, called whenever messages are committed in this process; returns the function that removes it. */
+export function onOutboxStaged(wake: () => void): () => void {
+  wakers.add(wake);
+  return () => wakers.delete(wake);
 }
 
-/** Messages were staged (committed with their record) on `store`: its relays in this process wake. */
-export function outboxStaged(store: IdempotencyStore): void {
-  const set = wakers.get(store);
-  if (set) for (const wake of set) wake();
+/** Messages were committed with their record: the relays of this process wake (one round each, however many commits). */
+export function outboxStaged(): void {
+  for (const wake of wakers) wake();
 }

@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { ExecutionPolicy } from './execution.js';
+import type { IdempotencyStore } from './store.js';
 import { isThenable } from './thenable.js';
 
 /**
@@ -38,6 +39,22 @@ export interface OutboxDraft {
   readonly messages: Array<{ readonly id: string }>;
 }
 
+/**
+ * An execution with no lease that still stages messages: an idempotent transaction (its
+ * record and the staged messages are written in the transaction that runs the work). Its
+ * slot serves `IdempotencyOutbox.emit()` only: `step()` skips it, as before.
+ */
+export interface OutboxHost {
+  readonly key: string;
+  /** Unique per attempt: the messages' ids derive from it. */
+  readonly token: string;
+  /** The store whose relay sends them, when the execution runs on one. */
+  readonly store: IdempotencyStore | undefined;
+  /** The work ended: nothing more is staged. */
+  readonly isSettled: boolean;
+  outbox?: OutboxDraft;
+}
+
 /** Per execution: the names used so far, and the finished steps read from the store (once). */
 export interface StepLedger {
   readonly names: Set<string>;
@@ -54,6 +71,8 @@ export class StepSlot {
   host: StepHost | undefined;
   /** The execution runs without protection (a store outage under `onStoreError: 'fail-open'`). */
   unprotected = false;
+  /** A transaction's outbox (no lease): only `IdempotencyOutbox.emit()` reads it. */
+  outboxHost: OutboxHost | undefined;
   readonly parent: StepSlot | undefined;
 
   constructor(parent: StepSlot | undefined, host?: StepHost) {
@@ -119,6 +138,31 @@ export function currentSlot(): StepSlot | undefined {
     if (slot.host ? !slot.host.isSettled : slot.unprotected) return slot;
   }
   return undefined;
+}
+
+/** The nearest slot of the caller's context that can stage outbox messages: a running execution, an open transaction, or an unprotected run. */
+export function currentOutboxSlot(): StepSlot | undefined {
+  for (let slot = stepStorages.slots.getStore(); slot; slot = slot.parent) {
+    if (slot.outboxHost) {
+      if (!slot.outboxHost.isSettled) return slot;
+    } else if (slot.host ? !slot.host.isSettled : slot.unprotected) return slot;
+  }
+  return undefined;
+}
+
+/**
+ * Runs `fn` (an idempotent transaction's work) with `host` as the execution
+ * `IdempotencyOutbox.emit()` stages with. The caller settles `host` once `fn` ended.
+ */
+export async function runWithOutbox<T>(host: OutboxHost, fn: () => Promise<T>): Promise<T> {
+  const slot = new StepSlot(currentSlot());
+  slot.outboxHost = host;
+  openStepScope();
+  try {
+    return await stepStorages.slots.run(slot, fn);
+  } finally {
+    closeStepScope();
+  }
 }
 
 /**

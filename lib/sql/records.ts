@@ -1,4 +1,5 @@
 import type { IdempotencyEventListener } from '../core/events.js';
+import type { StagedOutbox } from '../core/outbox-store.js';
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
 import type {
   ClaimRequest,
@@ -18,6 +19,7 @@ import { PurgeSchedule, type PurgeReporting, type PurgeResult } from './purge-sc
 import type { SqlResult, Statement } from './statement.js';
 import { plain } from './statement.js';
 import { SqlStepRecords } from './step-records.js';
+import { SqlOutbox } from './outbox-records.js';
 import { DEFAULT_STATEMENT_TIMEOUT_MS } from './deadline.js';
 import { boundedDatabase, runRecordTransaction, serverDialect, type SqlTransactionTuning } from './transaction.js';
 
@@ -50,6 +52,7 @@ export interface SqlRecordsConfig {
  */
 export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
   private stepRecords: SqlStepRecords | undefined;
+  private outboxRecords: SqlOutbox | undefined;
   /** Runs one statement on any pooled connection (made once: no closure per claim). */
   private readonly run: RunStatement = (statement) => this.db.run(statement);
   private readonly purgeSchedule: PurgeSchedule | undefined;
@@ -138,6 +141,7 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
       for (const statement of this.dialect.createTable()) await connection.run(plain(statement));
     });
     await this.steps.ensureTable();
+    await this.outbox.ensureTable();
     this.becomeReady();
   }
 
@@ -191,7 +195,26 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
         throw this.failure(error);
       }
     }
+    if (request.outbox) return this.completeWithOutbox(dialect.complete(key, token, result, request.ttl), key, request.outbox);
     return this.write(() => dialect.complete(key, token, result, request.ttl));
+  }
+
+  /** The completion and the execution's staged messages, in one transaction. */
+  private async completeWithOutbox(complete: Statement, key: string, staged: StagedOutbox): Promise<boolean> {
+    try {
+      return await this.db.transaction(undefined, async (tx) => {
+        const { affected } = await tx.run(complete);
+        if (affected > 0) await this.outbox.stage(tx, key, staged);
+        return affected > 0;
+      });
+    } catch (error) {
+      throw this.failure(error);
+    }
+  }
+
+  /** The outbox table's statements (outbox-records.ts), made on first use. */
+  get outbox(): SqlOutbox {
+    return (this.outboxRecords ??= new SqlOutbox(this.db, this.dialect, this.config.owner));
   }
 
   release(key: string, token: string): Promise<boolean> {

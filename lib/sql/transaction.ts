@@ -10,6 +10,7 @@ import type { TransactionalRequest, TransactionalResult } from '../core/store.js
 import { MAX_ACQUIRE_ROUNDS, type Acquisition, type SqlDialect } from './dialect.js';
 import { configurationErrorOf, isConnectionLoss, transientLockErrorOf, type TableFixes } from './failures.js';
 import { withDeadline } from './deadline.js';
+import { TransactionOutbox } from './outbox-transaction.js';
 import type { IdempotentIsolationLevel, SqlDatabase, SqlTransaction } from './port.js';
 
 /** What the idempotent transaction reads of a store's (or a call's) tuning; each entry point documents its own. */
@@ -179,6 +180,7 @@ async function attempt<T, Tx extends SqlTransaction>(run: RecordTransaction<T, T
   for (let round = 0; round < MAX_ACQUIRE_ROUNDS; round++) {
     let settled: Exclude<Acquisition, { kind: 'owned' }> | undefined;
     let open: Tx | undefined;
+    const outbox = new TransactionOutbox(request.key);
     try {
       const value = await db.transaction(isolation, async (tx) => {
         open = tx;
@@ -187,15 +189,18 @@ async function attempt<T, Tx extends SqlTransaction>(run: RecordTransaction<T, T
           settled = acquired;
           throw SETTLED;
         }
-        const outcome = await runWork(run, tx, trace);
+        const outcome = await runWork(run, tx, trace, outbox);
         // MySQL family: a result the table cannot take would roll the work back on every retry.
         const result = dialect.storableResult
           ? await dialect.storableResult(db, request.key, outcome.result, (event) => run.onEvent?.(event), tx)
           : outcome.result;
         const finished = await tx.run(dialect.finish(request.key, result, request.ttl));
         if (finished.affected !== 1) throw new Error(`The idempotency record ${request.key} vanished inside its own transaction.`);
+        // The messages the work emitted commit with its writes and the record.
+        await outbox.stageOn(tx, dialect);
         return outcome.value;
       });
+      outbox.committed();
       return { kind: 'executed', value };
     } catch (error) {
       if (error === SETTLED && settled) {
@@ -215,9 +220,10 @@ async function runWork<T, Tx extends SqlTransaction>(
   run: RecordTransaction<T, Tx>,
   tx: Tx,
   trace: FailureTrace,
+  outbox: TransactionOutbox,
 ): Promise<{ value: T; result: string }> {
   try {
-    const outcome = await run.work(tx);
+    const outcome = await outbox.run(() => run.work(tx));
     if (typeof outcome?.result !== 'string') {
       throw new IdempotencyConfigurationError(
         'The transactional work must return { value, result } with result a string.',

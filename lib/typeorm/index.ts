@@ -8,6 +8,7 @@
 export { TypeOrmIdempotencyStore } from './store/store.js';
 export type { TypeOrmIdempotencyStoreOptions, PurgeResult } from './store/store-options.js';
 export type { StoreRequirements } from '../core/store.js';
+export type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 export {
   runIdempotentTransaction,
   executeIdempotentTransaction,

@@ -1,4 +1,14 @@
-import { Body, Controller, HttpException, Module, Param, Post, type INestApplication, type INestMicroservice } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  HttpException,
+  Module,
+  Param,
+  Post,
+  type INestApplication,
+  type INestMicroservice,
+  type LoggerService,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, Ctx, EventPattern, Payload, Transport, type MicroserviceOptions, type RmqContext } from '@nestjs/microservices';
 import { Idempotent, IdempotencyModule, IdempotencyOutbox, type IdempotencyStore, type OutboxRelayOptions } from '../../lib/index.js';
@@ -25,6 +35,8 @@ export async function startRefundsApi(options: {
   outbox?: OutboxRelayOptions;
   /** False: the module is switched off, as in IdempotencyTestingModule. */
   enabled?: boolean;
+  /** The module's logger (configuration errors are written there). @default false */
+  logger?: LoggerService | false;
 }): Promise<INestApplication> {
   @Controller('refunds')
   class RefundsController {
@@ -63,7 +75,7 @@ export async function startRefundsApi(options: {
       IdempotencyModule.forRoot({
         store: options.store,
         enabled: options.enabled,
-        logger: false,
+        logger: options.logger ?? false,
         outbox: { pollInterval: 100, retryDelay: 50, maxRetryDelay: 500, ...options.outbox },
       }),
       ClientsModule.register([

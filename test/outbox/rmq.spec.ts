@@ -2,6 +2,7 @@ import type { INestApplication, INestMicroservice } from '@nestjs/common';
 import request from 'supertest';
 import { MemoryIdempotencyStore } from '../../lib/index.js';
 import { RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
+import { captureLogger } from '../support/capture-logger.js';
 import { ConsumerLog, startRefundsApi, startRefundsConsumer } from './apps.js';
 
 /**
@@ -12,6 +13,7 @@ import { ConsumerLog, startRefundsApi, startRefundsConsumer } from './apps.js';
 describe('the outbox over RabbitMQ (memory store)', () => {
   const queue = uniqueName('outbox-refunds');
   const log = new ConsumerLog();
+  const logged: string[] = [];
   let api: INestApplication;
   let consumer: INestMicroservice;
   let probe: RabbitProbe;
@@ -19,7 +21,7 @@ describe('the outbox over RabbitMQ (memory store)', () => {
   beforeAll(async () => {
     probe = await RabbitProbe.open();
     consumer = await startRefundsConsumer({ store: new MemoryIdempotencyStore(), queue, log });
-    api = await startRefundsApi({ store: new MemoryIdempotencyStore(), queue });
+    api = await startRefundsApi({ store: new MemoryIdempotencyStore(), queue, logger: captureLogger(logged) });
   });
 
   afterAll(async () => {
@@ -69,7 +71,8 @@ describe('the outbox over RabbitMQ (memory store)', () => {
   it('refuses an emit outside an execution and one to an unknown client, saying why', async () => {
     await request(api.getHttpServer()).post('/refunds/r-6/unprotected').expect(500);
     const misrouted = await request(api.getHttpServer()).post('/refunds/r-8/misrouted').set('Idempotency-Key', 'k-8').expect(500);
-    expect(misrouted.body.detail).toMatch(/no ClientProxy is registered as NO_SUCH_CLIENT/);
+    expect(misrouted.body.code).toBe('IDEMPOTENCY_CONFIGURATION_ERROR');
+    expect(logged.join('\n')).toMatch(/no ClientProxy is registered as NO_SUCH_CLIENT/);
     await refund('k-9', 'r-9').expect(201);
     await waitFor('r-9 applied', () => log.effects.count('r-9') === 1);
     expect(log.deliveries.count('r-6')).toBe(0);

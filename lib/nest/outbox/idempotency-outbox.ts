@@ -67,7 +67,7 @@ export class IdempotencyOutbox implements OnApplicationBootstrap, OnApplicationS
     this.clientOf(name);
     if (this.service.options.enabled === false) return this.sendNow(name, pattern, payload);
     const { message, store } = stageOutboxMessage(name, pattern, payload);
-    if (this.started) this.relayFor(store);
+    if (this.started && store) this.relayFor(store);
     return message.id;
   }
 
