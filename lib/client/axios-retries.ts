@@ -60,17 +60,27 @@ export interface AxiosInstanceLike {
 /** Kept on the config between attempts; a string key, because axios drops symbol keys when it merges configs. */
 const STATE = 'idempotencyRetry';
 
+/** One attempt's answer (or error), as this interceptor got it, and what it says for a retry. */
+interface AttemptOutcome {
+  readonly outcome: { readonly response: unknown } | { readonly error: unknown };
+  /** Undefined: final, never retried (cancelled, or failed before it was sent). */
+  readonly failure: Failure | undefined;
+}
+
 /**
  * One logical call, shared by its attempts. A class, not a plain object: axios's
  * mergeConfig copies plain objects, and every attempt must see the same state.
  */
 class CallState {
   attempt = 0;
-  /** The last attempt's own answer (or error), as axios answered it: what the call settles with. */
-  settled?: { readonly response: unknown } | { readonly error: unknown };
+  /** Set while a retry is in flight: the first attempt's chain waits there for the retry's answer. */
+  waiter?: (attempt: AttemptOutcome) => void;
 
   constructor(readonly key: string) {}
 }
+
+/** What a retry's own chain goes on with once its answer was handed over: nothing, ever. */
+const HANDED_OVER = new Promise<never>(() => undefined);
 
 /**
  * Gives every request of `instance` whose method is in `methods` one idempotency key for
@@ -104,25 +114,25 @@ export function applyIdempotentRetries<T extends AxiosInstanceLike>(instance: T,
     state.attempt++;
     config.headers = withHeader(config.headers, policy.header, state.key);
     if (policy.timeout !== undefined && !config.timeout) config.timeout = policy.timeout;
+    // axios encodes a FormData with a new multipart boundary each time it sends it: encoded
+    // once here, every attempt sends the same bytes (as createIdempotentFetch does).
+    if (policy.maxAttempts > 1 && isFormData(config.data)) return encodeFormData(config);
     return config;
   });
   instance.interceptors.response.use(
     (response: { status: number; headers?: unknown; config: Record<string, unknown> }) =>
-      retryOrSettle(
-        instance,
-        policy,
-        response.config,
-        { reason: 'status', status: response.status, headers: response.headers },
-        { response },
-      ),
+      onAttempt(instance, policy, response.config, {
+        outcome: { response },
+        failure: { reason: 'status', status: response.status, headers: response.headers },
+      }),
     (error: { config?: Record<string, unknown>; response?: { status: number; headers?: unknown }; code?: string }) => {
       const config = error?.config;
       if (!config || !config[STATE]) return Promise.reject(error);
-      if (error.code === 'ERR_CANCELED') return settleWith(config[STATE] as CallState, { error });
+      if (error.code === 'ERR_CANCELED') return onAttempt(instance, policy, config, { outcome: { error }, failure: undefined });
       const failure: Failure = error.response
         ? { reason: 'status', status: error.response.status, headers: error.response.headers, error }
         : { reason: error.code === 'ECONNABORTED' || error.code === 'ETIMEDOUT' ? 'timeout' : 'network', error };
-      return retryOrSettle(instance, policy, config, failure, { error });
+      return onAttempt(instance, policy, config, { outcome: { error }, failure });
     },
   );
   return instance;
@@ -136,54 +146,87 @@ interface Failure {
 }
 
 /**
- * Retries the call, or settles it with this attempt's answer. A retry is sent with
- * `instance.request()`, so the application's request interceptors see every attempt; its
- * answer then also passes the response interceptors registered after this one, once in
- * the retry's own chain and again in this attempt's. So what this attempt's chain goes on
- * with is not the retry's processed answer but the last attempt's own (`settled`), and the
- * application's interceptors transform the call's answer once.
+ * An attempt's answer reached this interceptor. A retry's answer is handed to the first
+ * attempt's chain, which waits for it, and the retry's own chain stops here: the response
+ * interceptors registered after this one never see it, so they process the call's answer
+ * once, in the first attempt's chain, as for a call answered at the first attempt (before,
+ * both chains ran them on the same object: an interceptor unwrapping in place,
+ * `response.data = response.data.data`, left `undefined`; issue 42).
  */
-async function retryOrSettle(
+function onAttempt(
   instance: AxiosInstanceLike,
   policy: RetryPolicy,
   config: AxiosRequestConfigLike & Record<string, unknown>,
-  failure: Failure,
-  outcome: NonNullable<CallState['settled']>,
+  attempt: AttemptOutcome,
 ): Promise<unknown> {
   const state = config?.[STATE] as CallState | undefined;
-  if (!state) return 'error' in outcome ? Promise.reject(outcome.error) : outcome.response;
-  if (state.attempt >= policy.maxAttempts) return settleWith(state, outcome);
-  if (!policy.retries({ attempt: state.attempt, reason: failure.reason, status: failure.status, error: failure.error })) {
-    return settleWith(state, outcome);
+  if (!state) return settle(attempt.outcome);
+  const waiter = state.waiter;
+  if (waiter) {
+    state.waiter = undefined;
+    waiter(attempt);
+    return HANDED_OVER;
   }
-  const delayMs = delayBefore(policy, state.attempt, headerOf(failure.headers, 'retry-after') ?? null);
-  if (delayMs === undefined) return settleWith(state, outcome);
-  policy.onRetry?.({
-    attempt: state.attempt,
-    key: state.key,
-    reason: failure.reason,
-    status: failure.status,
-    error: failure.error,
-    delayMs,
-  });
-  await waitUnlessAborted(delayMs, config.signal as AbortSignal | undefined);
-  state.settled = undefined;
-  let retried: NonNullable<CallState['settled']>;
-  try {
-    retried = { response: await instance.request(config) };
-  } catch (error) {
-    retried = { error };
-  }
-  // Undefined when the retry stopped before this interceptor saw it (a request interceptor threw).
-  const last = state.settled ?? retried;
-  if ('error' in last) throw last.error;
-  return last.response;
+  return retryUntilSettled(instance, policy, config, state, attempt);
 }
 
-/** Settles the call with this attempt's own answer, kept for the attempts that wait on it. */
-function settleWith(state: CallState, outcome: NonNullable<CallState['settled']>): unknown {
-  state.settled = outcome;
-  return 'error' in outcome ? Promise.reject(outcome.error) : outcome.response;
+/** The first attempt's chain: retries while the policy says so, then settles with the last attempt's own answer. */
+async function retryUntilSettled(
+  instance: AxiosInstanceLike,
+  policy: RetryPolicy,
+  config: AxiosRequestConfigLike & Record<string, unknown>,
+  state: CallState,
+  first: AttemptOutcome,
+): Promise<unknown> {
+  let { outcome, failure } = first;
+  for (;;) {
+    if (!failure || state.attempt >= policy.maxAttempts) return settle(outcome);
+    if (!policy.retries({ attempt: state.attempt, reason: failure.reason, status: failure.status, error: failure.error })) {
+      return settle(outcome);
+    }
+    const delayMs = delayBefore(policy, state.attempt, headerOf(failure.headers, 'retry-after') ?? null);
+    if (delayMs === undefined) return settle(outcome);
+    policy.onRetry?.({
+      attempt: state.attempt,
+      key: state.key,
+      reason: failure.reason,
+      status: failure.status,
+      error: failure.error,
+      delayMs,
+    });
+    await waitUnlessAborted(delayMs, config.signal as AbortSignal | undefined);
+    const next = new Promise<AttemptOutcome>((resolve) => (state.waiter = resolve));
+    // Sent with instance.request(), so the application's request interceptors see every
+    // attempt. A retry that fails before this interceptor sees it (a request interceptor
+    // threw) rejects its own chain: final.
+    instance.request(config).catch((error: unknown) => {
+      const waiter = state.waiter;
+      state.waiter = undefined;
+      waiter?.({ outcome: { error }, failure: undefined });
+    });
+    ({ outcome, failure } = await next);
+  }
+}
+
+function settle(outcome: AttemptOutcome['outcome']): Promise<unknown> {
+  return 'error' in outcome ? Promise.reject(outcome.error) : Promise.resolve(outcome.response);
+}
+
+/** A spec FormData (Node 18+'s global, a browser's), which `Response` can encode. */
+function isFormData(data: unknown): data is FormData {
+  return typeof FormData !== 'undefined' && data instanceof FormData;
+}
+
+/**
+ * Replaces a FormData body by its multipart encoding, once: the bytes and the
+ * `Content-Type` with its boundary, both from `Response` (what `fetch` would send).
+ */
+async function encodeFormData<C extends AxiosRequestConfigLike>(config: C): Promise<C> {
+  const encoded = new Response(config.data as FormData);
+  const bytes = new Uint8Array(await encoded.arrayBuffer());
+  config.headers = withHeader(config.headers, 'Content-Type', encoded.headers.get('content-type') ?? 'multipart/form-data');
+  config.data = bytes;
+  return config;
 }
 
 function isStream(data: unknown): boolean {

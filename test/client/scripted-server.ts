@@ -7,6 +7,7 @@ export interface SeenRequest {
   path: string;
   key: string | undefined;
   body: string;
+  contentType: string | undefined;
   at: number;
 }
 
@@ -58,6 +59,7 @@ export class ScriptedServer {
           path,
           key: request.headers['idempotency-key'] as string | undefined,
           body,
+          contentType: request.headers['content-type'],
           at: Date.now(),
         };
         const index = this.requestsTo(path).length;
