@@ -6,8 +6,8 @@ const ISOLATION_LEVELS = ['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE'];
 
 /** Refuses a `DrizzleTransactionTuning` value outside the rules of the options. */
 export function checkDrizzleTuning(owner: string, tuning: DrizzleTransactionTuning): void {
-  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
-  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '5_000' });
+  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '4_000' });
+  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '4_000' });
   if (tuning.isolationLevel !== undefined && !ISOLATION_LEVELS.includes(tuning.isolationLevel)) {
     throw new IdempotencyConfigurationError(
       `${owner}: isolationLevel must be one of ${ISOLATION_LEVELS.map((level) => `'${level}'`).join(', ')}, got ${JSON.stringify(tuning.isolationLevel)}.`,

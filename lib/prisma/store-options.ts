@@ -19,11 +19,13 @@ export interface PrismaTransactionTuning extends PrismaTransactionOptions {
    * Client-side deadline, ms, of each of the store's own operations on the database (a
    * statement, taking a connection and its BEGIN, the COMMIT). Past it the request fails
    * with `IdempotencyStoreUnavailableError` (HTTP 503, retriable), so a stalled network
-   * path or a database that stopped answering costs each request at most this long. The call fails at the deadline; the stuck connection is left to the driver (Prisma's own
-   * `timeout` ends the interactive transaction) rather than destroyed.
+   * path or a database that stopped answering costs each request at most this long. The
+   * connection stuck past it is destroyed when the adapter was made on a pg Pool
+   * (`new PrismaPg(pool)`: the store reaches the pool); otherwise (an adapter made on a
+   * configuration, MySQL / MariaDB) it is left to the driver, and the error says so.
    * A duplicate that waits longer than this for a first transaction (`waitTimeout`
    * undefined) also gets the 503. `0`: no deadline. Not applied on SQLite.
-   * @default 5_000
+   * @default 4_000 (a request stalled on its claim then gets its 503 within 5 s end to end)
    */
   statementTimeout?: number;
   /**

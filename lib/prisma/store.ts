@@ -220,8 +220,8 @@ export function prismaTransactionParts<T>(
 
 /** @internal Refuses tuning values outside the one rule for numeric options. */
 export function checkOptions(owner: string, tuning: PrismaTransactionTuning): void {
-  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
-  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '5_000' });
+  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '4_000' });
+  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '4_000' });
   checkWholeNumber(owner, 'maxWait', tuning.maxWait, { unit: 'ms', min: 0, example: '2_000' });
   checkWholeNumber(owner, 'timeout', tuning.timeout, { unit: 'ms', example: '10_000' });
 }

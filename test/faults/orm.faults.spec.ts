@@ -2,7 +2,7 @@ import { FaultRun } from './harness/run.js';
 import { blackholedPath, figuresLine, stalledPath } from './harness/scenarios.js';
 import { drizzleFaultStore, prismaFaultStore } from './harness/orm-stores.js';
 import type { FaultStore } from './harness/stores.js';
-import { SQL_ANSWER_BOUND_MS } from './sql-faults.js';
+import { SQL_ANSWER_BOUND_MS, STALLED_503_BOUND_MS } from './sql-faults.js';
 
 // PrismaIdempotencyStore (adapter-pg) and DrizzleIdempotencyStore (node-postgres) on
 // PostgreSQL, claim / complete, two instances, the store's defaults (statementTimeout 5 s).
@@ -31,6 +31,7 @@ describe.each([
   it('a stalled path: every request answered (503) within the bound, no handler twice, a request works after the heal', async () => {
     const figures = await stalledPath(run!);
     console.log(figuresLine(store.name, 'stall', figures));
+    expect(figures.during.slowest503Ms).toBeLessThan(STALLED_503_BOUND_MS);
   }, 90_000);
 
   // Issue 42: before, the connections the fault caught stayed in the pool (503 for good).

@@ -55,7 +55,7 @@ export interface TransactionTuning {
    * answering costs each request at most this long. A duplicate that waits longer than this
    * for a first transaction (`waitTimeout` undefined) also gets the 503. `0`: no deadline.
    * Not applied on SQLite (in-process: nothing to stall).
-   * @default 5_000
+   * @default 4_000 (a request stalled on its claim then gets its 503 within 5 s end to end)
    */
   statementTimeout?: number;
 }
@@ -114,6 +114,6 @@ export function runRecordTransactionOn<T>(
 
 /** @internal Refuses a `TransactionTuning` value outside the one rule for numeric options. */
 export function checkTuning(owner: string, tuning: TransactionTuning): void {
-  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '5_000' });
-  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '5_000' });
+  checkWholeNumber(owner, 'waitTimeout', tuning.waitTimeout, { unit: 'ms', min: 0, example: '4_000' });
+  checkWholeNumber(owner, 'statementTimeout', tuning.statementTimeout, { unit: 'ms', min: 0, example: '4_000' });
 }
