@@ -105,8 +105,9 @@ export const stepStorages: StepStorages = ((globalThis as Record<symbol, unknown
 /**
  * Before Node 24, AsyncLocalStorage runs on async_hooks: once a storage is entered, a
  * promise hook stays on for the whole process and every promise of every route pays for
- * it (bench/als-tax.ts: a million awaits 61-66 -> 139-149 ms on Node 20.20, 10-15 us per
- * request of an undecorated route). Node 24's storages (AsyncContextFrame) have no hook.
+ * it (a million awaits 61-66 -> 139-149 ms on Node 20.20, 10-15 us per request of an
+ * undecorated route: docs/performance.md, "What we learned"). Node 24's storages
+ * (AsyncContextFrame) have no hook.
  * `_enable` is the hook-based class's own method: where it is missing, nothing is disabled.
  */
 const storageRunsOnHooks = typeof (AsyncLocalStorage.prototype as { _enable?: unknown })._enable === 'function';
