@@ -29,8 +29,8 @@ type GatewayFunction = (data: unknown, client: unknown) => unknown;
  *
  * - Key: the `key` option over the message's data and the client, required (a message
  *   carries no header or id of its own). `fingerprint` takes the same; the default is the data.
- * - Scope: the namespace (socket.io) or path (ws) and the message name; the caller on
- *   `client.data.user`, `client.user` or `client.handshake.user` (see `wsPrincipalOf`).
+ * - Scope: the namespace (socket.io) or path (ws) and the message name; the caller on the
+ *   socket (`client.data.user`, `client.user`, ...: see `wsPrincipalOf`).
  * - A duplicate gets the stored return value, which Nest sends as the first time: the
  *   acknowledgement, or the `{ event, data }` message. Refusals and cached errors are
  *   thrown as a `WsException` to the gateway's exception filters: the client gets an
@@ -71,7 +71,7 @@ export class WsTransportAdapter implements Transport {
       if (ownRecord[name] === undefined) continue;
       if (name === 'scope') {
         fail(
-          'scope does not apply to a WebSocket gateway handler: who is asking is read from the socket (client.data.user, client.user, client.handshake.user).',
+          'scope does not apply to a WebSocket gateway handler: who is asking is read from the socket (client.data.user, client.user, client.handshake.user, client.request.user).',
           'Remove scope; put the authenticated caller on client.data.user or client.user in your guard or middleware, or override resolvePrincipal in an IdempotencyRuntime subclass.',
         );
       }
