@@ -81,18 +81,16 @@ describe('docs/bullmq.md, built and run as a user would', () => {
   });
 
   it('closes every connection it opened: the process ends by itself after app.close()', async () => {
-    // Not the page's code: a script beside its build that boots the page's AppModule and closes it, as a test or a CLI would.
+    // Not the page's code: a script beside its build (an ES module, as the app's) that boots the page's AppModule and closes it, as a test or a CLI would.
     writeFileSync(
       join(dir, 'dist', 'close-check.js'),
       [
-        "const { NestFactory } = require('@nestjs/core');",
-        "const { AppModule } = require('./app.module');",
-        '(async () => {',
-        '  const app = await NestFactory.create(AppModule, { logger: false });',
-        '  await app.init();',
-        '  await app.close();',
-        "  console.log('closed');",
-        '})();',
+        "import { NestFactory } from '@nestjs/core';",
+        "import { AppModule } from './app.module.js';",
+        'const app = await NestFactory.create(AppModule, { logger: false });',
+        'await app.init();',
+        'await app.close();',
+        "console.log('closed');",
       ].join('\n'),
     );
     const { code, output } = await runApp(dir, 'dist/close-check.js', { REDIS_URL, REDIS_PREFIX: prefix }, 20_000);

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from 'pg';
-import { buildPageApps, cleanUpDocApps, requestJson, root, run, startHttpApp, stopApp } from './support/doc-app.js';
+import { buildPageApps, cleanUpDocApps, packagePath, requestJson, run, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
  * docs/drizzle.md as a user meets it: the page's refunds app written from its text, built
@@ -13,7 +13,6 @@ import { buildPageApps, cleanUpDocApps, requestJson, root, run, startHttpApp, st
  */
 const DATABASE_URL = `postgres://${process.env.PGUSER ?? 'postgres'}@${process.env.PGHOST ?? '127.0.0.1'}:${process.env.PGPORT ?? 5432}/${process.env.PGDATABASE ?? 'test'}`;
 const schema = `docs_drizzle_${process.pid}`;
-const DRIZZLE_KIT = join(root, 'node_modules', 'drizzle-kit', 'bin.cjs');
 
 function statementsOf(migration: string): string[] {
   return migration
@@ -43,13 +42,25 @@ describe('docs/drizzle.md, built and run as a user would', () => {
     await pg?.end();
   });
 
-  it('shows the migration drizzle-kit generates for its schema', async () => {
+  it("shows the migration drizzle-kit generates for its schema, under the file name the page's `--name init` gives it", async () => {
     await run(
       process.execPath,
-      [DRIZZLE_KIT, 'generate', '--dialect', 'postgresql', '--schema', './src/schema.ts', '--out', './generated'],
+      [
+        join(packagePath(dir, 'drizzle-kit'), 'bin.cjs'),
+        'generate',
+        '--dialect',
+        'postgresql',
+        '--schema',
+        './src/schema.ts',
+        '--out',
+        './generated',
+        '--name',
+        'init',
+      ],
       dir,
     );
-    const [file] = readdirSync(join(dir, 'generated')).filter((name) => name.endsWith('.sql'));
+    const [file, ...others] = readdirSync(join(dir, 'generated')).filter((name) => name.endsWith('.sql'));
+    expect([file, ...others]).toEqual(['0000_init.sql']);
     expect(readFileSync(join(dir, 'generated', file), 'utf8').trim()).toBe(
       readFileSync(join(dir, 'drizzle', '0000_init.sql'), 'utf8').trim(),
     );

@@ -87,20 +87,18 @@ describe('docs/events-and-schedules.md, built and run as a user would', () => {
 
   it('right after app.init() on Redis: a duplicated event sends one receipt and a tick called twice runs once, then the process ends by itself', async () => {
     const boot = script(dirs.get('default')!, 'right-after-boot.js', [
-      "const { NestFactory } = require('@nestjs/core');",
-      "const { EventEmitter2 } = require('@nestjs/event-emitter');",
-      "const { AppModule } = require('./app.module');",
-      "const { SettlementJobs } = require('./settlement.jobs');",
-      '(async () => {',
-      '  const app = await NestFactory.create(AppModule);',
-      '  await app.init();',
-      '  const events = app.get(EventEmitter2);',
-      "  const event = { orderId: 'o_boot', amount: 500 };",
-      "  await Promise.all([events.emitAsync('order.paid', event), events.emitAsync('order.paid', event)]);",
-      '  const jobs = app.get(SettlementJobs);',
-      '  await Promise.all([jobs.settle(), jobs.settle()]);',
-      '  await app.close();',
-      '})();',
+      "import { NestFactory } from '@nestjs/core';",
+      "import { EventEmitter2 } from '@nestjs/event-emitter';",
+      "import { AppModule } from './app.module.js';",
+      "import { SettlementJobs } from './settlement.jobs.js';",
+      'const app = await NestFactory.create(AppModule);',
+      'await app.init();',
+      'const events = app.get(EventEmitter2);',
+      "const event = { orderId: 'o_boot', amount: 500 };",
+      "await Promise.all([events.emitAsync('order.paid', event), events.emitAsync('order.paid', event)]);",
+      'const jobs = app.get(SettlementJobs);',
+      'await Promise.all([jobs.settle(), jobs.settle()]);',
+      'await app.close();',
     ]);
     const { code, output } = await runApp(dirs.get('default')!, boot, { REDIS_URL, REDIS_PREFIX: `${prefix}-boot` }, 20_000);
     const log = output.replace(/\u001b\[[0-9;]*m/g, '');

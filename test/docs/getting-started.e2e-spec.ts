@@ -1,21 +1,20 @@
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as amqp from 'amqplib';
-import { Client } from 'pg';
 import { RABBITMQ_URL } from '../messages/support.js';
-import { buildPageApps, cleanUpDocApps, run, requestJson, startApp, startHttpApp, stopApp, waitFor } from './support/doc-app.js';
+import { buildPageApps, cleanUpDocApps, run, requestJson, runApp, startApp, startHttpApp, stopApp, waitFor } from './support/doc-app.js';
 
 /**
  * The getting-started page, and the RabbitMQ quick start of docs/messages.md, as a user
  * meets them (test/docs/support/doc-app.ts): each app built by `tsc` with the page's own
- * tsconfig.json against the built package, started with `node dist/main.js` like the
- * page's `npm start`, and sent a request and its retry on the real services. A page that
- * drifts from the package fails here.
+ * package.json (an ES module project) and tsconfig.json against the built package, started
+ * with `node dist/main.js` like the page's `npm start`, sent a request and its retry on the
+ * real services, and closed as a test's afterAll closes it (the process must then end by
+ * itself). A page that drifts from the package fails here. The page's SQL store is
+ * typeorm.md's application (test/docs/typeorm.e2e-spec.ts).
  */
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
-const schema = `docs_app_${process.pid}`;
-const DATABASE_URL = `postgres://${process.env.PGUSER ?? 'postgres'}@${process.env.PGHOST ?? '127.0.0.1'}:${process.env.PGPORT ?? 5432}/${process.env.PGDATABASE ?? 'test'}`;
 
 async function post(base: string, path: string, body: unknown, key?: string) {
   const { status, replayed, body: answer } = await requestJson(base, 'POST', path, { body, key });
@@ -40,26 +39,18 @@ async function expectStepThree(base: string): Promise<void> {
 
 describe('docs/getting-started.md and the RabbitMQ quick start, built and run as a user would', () => {
   const dirs = new Map<string, string>();
-  let pg: Client;
 
   beforeAll(async () => {
     // The RabbitMQ app's package.json and tsconfig.json are getting started's, as the page says.
     for (const [page, names] of [
-      ['getting-started', ['default', 'redis', 'postgres']],
+      ['getting-started', ['default', 'redis']],
       ['messages', ['rabbitmq']],
     ] as const) {
       for (const [name, dir] of await buildPageApps(page, [...names])) dirs.set(name === 'default' ? 'memory' : name, dir);
     }
-    pg = new Client({ connectionString: DATABASE_URL });
-    await pg.connect();
-    await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; CREATE SCHEMA ${schema}`);
   }, 300_000);
 
-  afterAll(async () => {
-    cleanUpDocApps();
-    await pg?.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await pg?.end();
-  });
+  afterAll(() => cleanUpDocApps());
 
   it('the memory store app (steps 2 and 3)', async () => {
     const { base, app } = await startHttpApp(dirs.get('memory')!);
@@ -79,30 +70,22 @@ describe('docs/getting-started.md and the RabbitMQ quick start, built and run as
     await stopApp(app);
   });
 
-  it('the PostgreSQL app with @nestjs/typeorm and the migration (step 4): a retried refund changes the balance once', async () => {
-    const accountId = `acct_${process.pid}`;
-    // "an accounts table of your own"
-    await pg.query(`CREATE TABLE ${schema}.accounts (id text PRIMARY KEY, balance integer NOT NULL)`);
-    await pg.query(`INSERT INTO ${schema}.accounts VALUES ($1, 1000)`, [accountId]);
-    const { base, app } = await startHttpApp(dirs.get('postgres')!, {
-      DATABASE_URL: `${DATABASE_URL}?options=-c%20search_path%3D${schema}`,
-    });
-    // migrationsRun created the records table in the app's schema.
-    const tables = await pg.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, [schema]);
-    expect(tables.rows.map((row: { table_name: string }) => row.table_name)).toEqual(
-      expect.arrayContaining(['accounts', 'idempotency_records']),
+  it("the Redis app's module closes its client: after app.close() the process ends by itself, as a test's afterAll needs", async () => {
+    // What a test of the app does (testing.md): boot the module, close it, nothing else. A
+    // client left open keeps the process alive, and runApp() rejects at its deadline.
+    const dir = dirs.get('redis')!;
+    writeFileSync(
+      join(dir, 'dist', 'close-check.js'),
+      [
+        "import { NestFactory } from '@nestjs/core';",
+        "import { AppModule } from './app.module.js';",
+        'const app = await NestFactory.create(AppModule, { logger: false });',
+        'await app.init();',
+        'await app.close();',
+      ].join('\n'),
     );
-    await expectStepThree(base);
-    const key = randomUUID();
-    const refunds = await Promise.all([0, 1, 2, 3].map(() => post(base, '/refunds', { accountId, amount: 30 }, key)));
-    // Concurrent duplicates wait on the first transaction's row lock, then replay its answer.
-    for (const refund of refunds) expect(refund).toMatchObject({ status: 201, body: { refunded: 30 } });
-    expect(refunds.filter((refund) => refund.replayed === 'true')).toHaveLength(3);
-    const retry = await post(base, '/refunds', { accountId, amount: 30 }, key);
-    expect(retry).toEqual({ status: 201, replayed: 'true', body: { refunded: 30 } });
-    const { rows } = await pg.query(`SELECT balance FROM ${schema}.accounts WHERE id = $1`, [accountId]);
-    expect(rows[0].balance).toBe(970);
-    await stopApp(app);
+    const { code, output } = await runApp(dir, 'dist/close-check.js', { REDIS_URL }, 15_000);
+    expect({ code, output }).toEqual({ code: 0, output: '' });
   });
 
   it('the RabbitMQ quick start: a retried refund.quote gets the first answer', async () => {

@@ -26,19 +26,21 @@ interface NearCacheStats {
 }
 
 /**
- * Run in an app's folder: loads its compiled modules without starting it, and prints which
- * Redis clients they loaded (`redis`, `ioredis`).
+ * Run in an app's folder (`node --input-type=module`): loads its compiled modules (ES
+ * modules, as the page's package.json makes them) without starting it, and prints which
+ * Redis clients they loaded (`redis`, `ioredis`): both are CommonJS packages, so what an ES
+ * module imports of them lands in require.cache.
  */
 const LOADED_CLIENTS = `
-const Module = require('node:module');
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+await import(pathToFileURL(process.cwd() + '/dist/app.module.js').href);
+await import('nestjs-idempotency/redis');
 const loaded = new Set();
-const load = Module._load;
-Module._load = function (request, ...rest) {
-  if (request === 'redis' || request === 'ioredis' || request.startsWith('@redis/')) loaded.add(request.startsWith('@redis/') ? 'redis' : request);
-  return load.call(this, request, ...rest);
-};
-require('./dist/app.module.js');
-require('nestjs-idempotency/redis');
+for (const file of Object.keys(createRequire(import.meta.url).cache)) {
+  const match = /node_modules\\/(ioredis|redis|@redis\\/[^/]+)\\//.exec(file);
+  if (match) loaded.add(match[1].startsWith('@redis/') ? 'redis' : match[1]);
+}
 console.log([...loaded].sort().join(','));
 process.exit(0);
 `;
@@ -155,7 +157,7 @@ describe('docs/redis.md, built and run as a user would', () => {
       }
 
       // The node-redis variant loads node-redis and never ioredis, the default one the reverse.
-      const loaded = await run('node', ['-e', LOADED_CLIENTS], dir);
+      const loaded = await run('node', ['--input-type=module', '-e', LOADED_CLIENTS], dir);
       expect(loaded.trim()).toBe(name === 'node-redis' ? 'redis' : 'ioredis');
 
       // Redis down at SIGTERM: ioredis's quit() is refused and the page's module drops the socket; node-redis's

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { buildPageApps, cleanUpDocApps, requestJson, startHttpApp, stopApp } from './support/doc-app.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { buildPageApps, cleanUpDocApps, requestJson, run, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
  * docs/steps.md as a user meets it: its app built from the page's text against the built
@@ -27,6 +29,21 @@ describe('docs/steps.md, built and run as a user would', () => {
       expect(replay).toMatchObject({ status: 201, replayed: 'true', body: { refundId: 're_1' } });
       const effects = await requestJson(base, 'GET', '/effects', {});
       expect(effects.body).toEqual({ refunds: 1, ledger: ['o1:re_1'] });
+    } finally {
+      await stopApp(app);
+    }
+  });
+
+  it("the page's curl commands, verbatim: 500, 201, a replayed 201, one refund and one ledger entry", async () => {
+    const { base, app } = await startHttpApp(dir);
+    try {
+      const script = readFileSync(join(dir, 'call.sh'), 'utf8').replaceAll('localhost:3000', base);
+      expect((await run('bash', ['-c', script], dir)).trim().split('\n')).toEqual([
+        '500',
+        '201',
+        '201',
+        '{"refunds":1,"ledger":["o1:re_1"]}',
+      ]);
     } finally {
       await stopApp(app);
     }
