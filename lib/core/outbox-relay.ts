@@ -35,6 +35,12 @@ export interface OutboxRelayOptions {
    * @default 10000
    */
   sendTimeout?: number;
+  /**
+   * How long sent messages are kept (where the store keeps them: the SQL outbox table),
+   * for inspection; older ones are purged by the relays, at most once a minute.
+   * @default 86400000 (24 h)
+   */
+  retention?: number;
 }
 
 /** Sends one message through the application's client, resolving once the broker confirmed it. */
@@ -59,6 +65,7 @@ export function resolveRelayOptions(owner: string, options: OutboxRelayOptions =
     maxRetryDelay: options.maxRetryDelay ?? 30_000,
     claimTtl: options.claimTtl ?? 30_000,
     sendTimeout: options.sendTimeout ?? 10_000,
+    retention: options.retention ?? 86_400_000,
   };
   for (const [name, value] of Object.entries(resolved)) {
     checkWholeNumber(owner, `outbox.${name}`, value, { unit: name === 'batchSize' ? 'count' : 'ms', min: 1 });
@@ -88,6 +95,8 @@ export class OutboxRelay {
   private wakeRequested = false;
   private stopped = true;
   private unregister: (() => void) | undefined;
+  /** When sent messages were last purged (`Date.now()`); 0: not yet. */
+  private purgedAt = 0;
 
   constructor(
     private readonly store: IdempotencyStore & IdempotencyOutboxStore,
@@ -148,6 +157,7 @@ export class OutboxRelay {
 
   /** One round: claims a batch and delivers it; true when the batch was full (more may wait). */
   private async drain(): Promise<boolean> {
+    await this.purgeSent();
     const claimed = await this.store.claimOutbox({ owner: this.owner, limit: this.options.batchSize, claimTtl: this.options.claimTtl });
     if (claimed.length === 0) return false;
     await Promise.all(claimed.map((entry) => this.deliver(entry)));
@@ -155,6 +165,15 @@ export class OutboxRelay {
   }
 
   /** Sends one execution's messages in order, from where the last attempt stopped, and settles it. */
+  /** Purges what was sent longer than `retention` ago, at most once a minute (a batch per round until done). */
+  private async purgeSent(): Promise<void> {
+    if (!this.store.purgeOutbox || Date.now() - this.purgedAt < Math.min(60_000, this.options.retention)) return;
+    const limit = this.options.batchSize * 10;
+    const deleted = await this.store.purgeOutbox(this.options.retention, limit);
+    // A full batch: more are due; the next round purges again.
+    if (deleted < limit) this.purgedAt = Date.now();
+  }
+
   private async deliver(entry: ClaimedOutbox): Promise<void> {
     const messages = JSON.parse(entry.messages) as OutboxMessage[];
     let next = entry.next;

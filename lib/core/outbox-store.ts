@@ -91,6 +91,11 @@ export interface IdempotencyOutboxStore {
   settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean>;
   /** What waits to be sent: how many executions, and the oldest one's staging time. */
   outboxBacklog(): Promise<OutboxBacklog>;
+  /**
+   * Optional: deletes up to `limit` executions whose messages were all sent more than
+   * `retention` ms ago; how many it deleted. A store that drops them once sent has none.
+   */
+  purgeOutbox?(retention: number, limit: number): Promise<number>;
   /** False where this store cannot stage messages (a SQL dialect without an outbox yet): `emit()` is refused. @default true */
   readonly outboxAvailable?: boolean;
 }

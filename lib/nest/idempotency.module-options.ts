@@ -58,7 +58,7 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * Tunes the relay that sends what `IdempotencyOutbox.emit()` staged (batch size, polling,
    * back-off, claims): it runs in every instance of the application, with nothing to turn
    * on. See docs/outbox.md.
-   * @default { batchSize: 100, pollInterval: 1000, retryDelay: 500, maxRetryDelay: 30000, claimTtl: 30000, sendTimeout: 10000 }
+   * @default { batchSize: 100, pollInterval: 1000, retryDelay: 500, maxRetryDelay: 30000, claimTtl: 30000, sendTimeout: 10000, retention: 86400000 }
    */
   outbox?: OutboxRelayOptions;
 }

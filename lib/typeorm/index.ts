@@ -26,6 +26,7 @@ export {
   createIdempotencyStepsMigration,
   type IdempotencyRecordsMigrationOptions,
 } from './store/migration.js';
+export { AddIdempotencyOutbox1730000000000, createIdempotencyOutboxMigration } from './store/outbox-migration.js';
 export { recordsTableDdl, stepsTableDdl } from './store/dialects/registry.js';
 export { parseTableName, type TableName } from './store/dialects/records-table.js';
 

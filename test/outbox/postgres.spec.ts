@@ -5,7 +5,12 @@ import { DataSource } from 'typeorm';
 import { IdempotencyOutbox, MemoryIdempotencyStore, makeIdempotent } from '../../lib/index.js';
 import { OutboxRelay } from '../../lib/core/outbox-relay.js';
 import type { OutboxMessage } from '../../lib/core/outbox-store.js';
-import { TypeOrmIdempotencyStore, runIdempotentTransaction } from '../../lib/typeorm/index.js';
+import {
+  TypeOrmIdempotencyStore,
+  createIdempotencyOutboxMigration,
+  createIdempotencyRecordsMigration,
+  runIdempotentTransaction,
+} from '../../lib/typeorm/index.js';
 import { RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
 import { pgConnection } from '../support/postgres.js';
 import { captureLogger } from '../support/capture-logger.js';
@@ -189,5 +194,45 @@ describe('two relays on one PostgreSQL outbox', () => {
       }
     }
     expect(await stores[0]!.outboxBacklog()).toEqual({ pending: 0 });
+    const sentRows = async () => Number((await sources[0]!.query(`SELECT count(*) AS "n" FROM "${table}_outbox"`))[0].n);
+    expect(await sentRows()).toBe(60);
+    // A relay with a short retention purges what was sent before it.
+    const purging = new OutboxRelay(stores[0]!, async () => undefined, { retention: 1, pollInterval: 20 });
+    relays.push(purging);
+    purging.start();
+    await waitFor('the sent rows purged', async () => (await sentRows()) === 0);
   }, 30_000);
+});
+
+describe('the outbox migration (TypeORM, PostgreSQL)', () => {
+  it('creates <records>_outbox, which the store then stages in, and drops it', async () => {
+    const table = tableName();
+    const dataSource = new DataSource({ ...pgConnection, extra: { max: 2 } });
+    await dataSource.initialize();
+    const runner = dataSource.createQueryRunner();
+    try {
+      const Records = createIdempotencyRecordsMigration(table);
+      const Outbox = createIdempotencyOutboxMigration(table, { timestamp: 1770000000000 });
+      await new Records().up(runner);
+      await new Outbox().up(runner);
+      const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
+      const run = makeIdempotent(
+        async () => (await import('../../lib/core/outbox.js')).stageOutboxMessage('EVENTS', 'e', { n: 1 }).message.id,
+        {
+          store,
+          key: () => 'k',
+          scope: 'migrated',
+        },
+      );
+      await run();
+      expect(await store.outboxBacklog()).toMatchObject({ pending: 1 });
+      await new Outbox().down(runner);
+      expect(await dataSource.query(`SELECT to_regclass($1) AS "t"`, [`${table}_outbox`])).toEqual([{ t: null }]);
+      await new Records().down(runner);
+    } finally {
+      await runner.release();
+      await dropPgOutbox(dataSource, table);
+      await dataSource.destroy();
+    }
+  });
 });

@@ -185,6 +185,11 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     return this.records.outbox.backlog();
   }
 
+  /** Outbox: deletes up to `limit` executions sent more than `retention` ms ago (the relays call it). */
+  purgeOutbox(retention: number, limit: number): Promise<number> {
+    return this.records.outbox.purgeSent(retention, limit);
+  }
+
   /** Outbox: false on a database whose dialect has no outbox yet (PostgreSQL has it). */
   get outboxAvailable(): boolean {
     try {
