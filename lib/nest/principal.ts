@@ -120,15 +120,21 @@ export function principalOf(value: unknown, where: string): string | undefined {
 /** The members of a user object the default principal is read from, in order. */
 export const PRINCIPAL_FIELDS = ['id', 'sub', 'userId', '_id'] as const;
 
+/** Members beside the id that qualify it: who issued it (OIDC: only `iss` + `sub` identify a user) and the tenant it is local to. */
+const QUALIFIERS = ['iss', 'tid', 'tenantId', 'tenant_id'] as const;
+
 /**
  * The principal of an authenticated identity object (`request.user`, the GraphQL
  * context's `user`, `request.auth`): its first of `fields` that identifies someone, with
- * the source it was read from (`user.id`; `user<ApiClient>.id` for an instance of a class,
- * so two entity classes with colliding ids stay apart). Undefined when nothing is set;
- * a set identity whose id cannot be read is refused, because treating it as anonymous
- * would let one caller replay another's response. `scopeExample` shows the `scope` option
- * that reads the principal on this transport; `source` names where it was read in the
- * principal, `where` in the refusal.
+ * the source it was read from (`user.id`), qualified by the issuer and tenant beside it
+ * (`iss`, `tid`, `tenantId`: a `sub` is unique only per issuer, an id often only per
+ * tenant). Undefined when nothing is set; a set identity whose id cannot be read is
+ * refused, because treating it as anonymous would let one caller replay another's
+ * response. `scopeExample` shows the `scope` option that reads the principal on this
+ * transport; `source` names where it was read in the principal, `where` in the refusal.
+ * The identity object's class is not part of it: a class is a name (two modules may both
+ * have a `User`, a minifier renames it) and may change under one caller (an entity whose
+ * subclass changes with its state), which would make a retry miss its own record.
  */
 export function principalOfIdentity(
   identity: unknown,
@@ -140,11 +146,9 @@ export function principalOfIdentity(
 ): IdempotencyPrincipal | undefined {
   if (identity === undefined || identity === null || identity === false) return undefined;
   if (typeof identity === 'object' && !ArrayBuffer.isView(identity)) {
-    const kind = classNameOf(identity);
-    const base = kind ? `${source}<${kind}>` : source;
     for (const field of fields) {
       const id = typedIdentityOf(readPath(identity, field));
-      if (id !== undefined) return IdempotencyPrincipal.typed(`${base}.${field}`, id);
+      if (id !== undefined) return IdempotencyPrincipal.typed(`${source}.${field}`, id + qualifiersOf(identity, field));
     }
   } else {
     const id = typedIdentityOf(identity);
@@ -156,6 +160,19 @@ export function principalOfIdentity(
   );
 }
 
+/** The qualifiers beside the id's field (on the object holding it: `payload` for `payload.sub`), typed: `\u0002iss=string:https://idp`. */
+function qualifiersOf(identity: object, field: string): string {
+  const dot = field.lastIndexOf('.');
+  const holder = dot < 0 ? identity : readPath(identity, field.slice(0, dot));
+  if (typeof holder !== 'object' || holder === null) return '';
+  let text = '';
+  for (const name of QUALIFIERS) {
+    const value = typedIdentityOf((holder as Record<string, unknown>)[name]);
+    if (value !== undefined) text += `\u0002${name}=${value}`;
+  }
+  return text;
+}
+
 /** `a.b` read through plain members. */
 function readPath(object: object, path: string): unknown {
   let value: unknown = object;
@@ -164,14 +181,6 @@ function readPath(object: object, path: string): unknown {
     value = (value as Record<string, unknown>)[part];
   }
   return value;
-}
-
-/** The class of an identity object, when it is an instance of one (an entity, a DTO); undefined for plain objects. */
-function classNameOf(object: object): string | undefined {
-  const prototype = Object.getPrototypeOf(object) as object | null;
-  if (prototype === null || prototype === Object.prototype || Object.getPrototypeOf(prototype) === null) return undefined;
-  const name = (prototype as { constructor?: { name?: unknown } }).constructor?.name;
-  return typeof name === 'string' && name.length > 0 ? name : 'anonymous class';
 }
 
 function describe(value: unknown): string {

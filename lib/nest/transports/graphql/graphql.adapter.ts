@@ -1,6 +1,7 @@
 import { HttpException, IntrinsicException, type ExecutionContext } from '@nestjs/common';
 import {
   IdempotencyConfigurationError,
+  IdempotencyKeyInvalidError,
   IdempotencyNotReplayableError,
   decodeValue,
   encodeJsonError,
@@ -140,9 +141,22 @@ export class GraphqlTransportAdapter implements Transport {
     );
   }
 
+  /**
+   * The key header of the HTTP request carrying the operation. A batched request (an
+   * array of operations, Apollo's `allowBatchedHttpRequests`) carries one header for them
+   * all, and two mutations of a batch with one key would share one record: refused, one
+   * key names one operation.
+   */
   readKey(context: ExecutionContext, config: ResolvedHandlerConfig): unknown {
-    const headers = requestOf(context)?.headers;
-    return headers ? keyFromHeaders(headers, config.keyHeaders) : undefined;
+    const request = requestOf(context);
+    const headers = request?.headers;
+    const key = headers ? keyFromHeaders(headers, config.keyHeaders) : undefined;
+    if (key !== undefined && Array.isArray(request?.body) && request.body.length > 1) {
+      throw new IdempotencyKeyInvalidError(
+        `a batched GraphQL request of ${request.body.length} operations carries one Idempotency-Key; send each mutation in a request of its own with its own key`,
+      );
+    }
+    return key;
   }
 
   describeKeySource(config: ResolvedHandlerConfig, context?: ExecutionContext): string {

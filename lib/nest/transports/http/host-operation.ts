@@ -32,9 +32,10 @@ const NO_HOST: HostBinding = { declared: '', params: false, hostname: false };
  * `host` (static, with parameters, or a regular expression) and Fastify's by a route's
  * `host` constraint, as much as by its path; so two controllers on one path and two
  * hosts are two operations, and so are two tenants of `:tenant.example.com`: the host
- * parameters the router matched are part of it (a host regular expression without named
- * groups adds the whole host name, since the library cannot tell what of it the handler
- * reads). Empty for a handler bound to no host: operations of 0.6 stay as they were.
+ * parameters the router matched are part of it (a handler bound to several hosts, by an
+ * array or a regular expression without named groups, adds the host name it was reached
+ * by, since the library cannot tell what of it the handler reads). Empty for a handler
+ * bound to no host: operations of 0.6 stay as they were.
  */
 export function hostPartOf(handler: Function, controller: Function, request: HostRoutedRequest | undefined): string {
   const binding = bindingOf(handler, controller);
@@ -72,7 +73,12 @@ function readBinding(handler: Function, controller: Function): HostBinding {
   return {
     declared: text,
     params: hosts.some((host) => typeof host === 'string' && host.includes(':')) || regExps.some((re) => /\(\?<[^=!]/.test(re.source)),
-    hostname: regExps.some((re) => !/\(\?<[^=!]/.test(re.source)) || constraintRegExp,
+    // A handler bound to several hosts (an array, a RegExp without named groups) may serve each differently: the host it was reached by is part of it.
+    hostname:
+      hosts.length > 1 ||
+      regExps.some((re) => !/\(\?<[^=!]/.test(re.source)) ||
+      constraintRegExp ||
+      routed.some(([, value]) => Array.isArray(value)),
   };
 }
 

@@ -49,7 +49,7 @@ export function routeOperationOf(context: ExecutionContext): string {
   const version = versionOf(context.getHandler(), context.getClass());
   const method = (request?.method ?? 'ANY').toUpperCase();
   const host = hostPartOf(context.getHandler(), context.getClass(), request);
-  if (version === undefined || versionInPath(template, version)) return `${method} ${template}${host}`;
+  if (version === undefined || versionInPath(template, version, context)) return `${method} ${template}${host}`;
   return `${method} ${template}@${Array.isArray(version) ? version.map(String).join('|') : String(version)}${host}`;
 }
 
@@ -79,10 +79,26 @@ function versionOf(handler: Function, controller: Function): Version | undefined
  * or `/2/refunds` without a prefix); header and media-type versioning do not, and then
  * the version is added to the operation so that two versions of one path never share keys.
  */
-function versionInPath(template: string, version: string | symbol | Array<string | symbol>): boolean {
+function versionInPath(template: string, version: string | symbol | Array<string | symbol>, context: ExecutionContext): boolean {
   const versions = (Array.isArray(version) ? version : [version]).filter((v): v is string => typeof v === 'string');
+  if (versions.length === 0) return false;
+  // Counted against the declared paths: a segment of the route's own (`/partners/v2/orders`
+  // under header versioning) is not the version, only one URI versioning added is.
+  const declared = declaredSegmentsOf(context);
   const segments = template.split('/');
-  return versions.length > 0 && versions.every((v) => segments.some((segment) => segment === v || segment === `v${v}`));
+  const count = (parts: string[], v: string) => parts.filter((segment) => segment === v || segment === `v${v}`).length;
+  return versions.every((v) => count(segments, v) > count(declared, v));
+}
+
+/** The declared path's segments, once per handler and class. */
+const declaredSegments = new WeakMap<Function, WeakMap<Function, string[]>>();
+function declaredSegmentsOf(context: ExecutionContext): string[] {
+  const handler = context.getHandler();
+  let byClass = declaredSegments.get(handler);
+  if (!byClass) declaredSegments.set(handler, (byClass = new WeakMap()));
+  let segments = byClass.get(context.getClass());
+  if (!segments) byClass.set(context.getClass(), (segments = routeTemplateFromMetadata(context).split('/')));
+  return segments;
 }
 
 function routeTemplateOf(request: RoutedRequest | undefined): string | undefined {

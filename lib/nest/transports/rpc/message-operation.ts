@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { canonicalJson } from '../../../core/index.js';
+import { canonicalJson, IdempotencyConfigurationError } from '../../../core/index.js';
 import { messageConsumerOf } from './message-servers.js';
 import { rmqConsumerOf } from './rmq-consumers.js';
 
@@ -27,10 +27,12 @@ export function declaredTransportOf(handler: Function): string | undefined {
  * two patterns apart: the transport, the consumer that received it, what it was received
  * on, and the handler's declared pattern. `rmq queue=orders-eu refund.create` (the
  * queue), `nats queue=workers orders.created` (the queue group, when the server or handler
- * has one), `nats subject=orders.eu orders.*` and `mqtt topic=...`, `redis channel=...`
- * (what a wildcard pattern matched, when it differs from the pattern), `kafka group=...`
- * (the consumer group); `tcp refund.create` has none. Names, never addresses: two
- * instances of one service consuming one queue share their records.
+ * has one), `nats subject=orders.eu orders.*`, `mqtt topic=...`, `redis channel=...` and
+ * `rmq pattern=orders.eu orders.*` (what a wildcard or one of several declared patterns
+ * matched, when it differs from the declaration), `kafka group=...` (the consumer group);
+ * `handler=Class.method` when several event handlers are chained on one pattern (each runs
+ * for every message, so each keeps its own records); `tcp refund.create` has none. Names,
+ * never addresses: two instances of one service consuming one queue share their records.
  */
 export function messageOperationOf(context: ExecutionContext): string {
   const message = typeof context.getArgByIndex === 'function' ? context.getArgByIndex<object | undefined>(1) : context.getArgs?.()[1];
@@ -38,7 +40,7 @@ export function messageOperationOf(context: ExecutionContext): string {
   const contextName = typeof message === 'object' && message !== null ? message.constructor?.name : undefined;
   const transport = contextName?.endsWith('Context') ? contextName.slice(0, -'Context'.length).toLowerCase() : context.getType();
   const pattern = declaredPatternOf(context);
-  return `${transport}${consumerPartOf(message, pattern)} ${pattern}`;
+  return `${transport}${consumerPartOf(context, message, pattern)} ${pattern}`;
 }
 
 interface TransportContextLike {
@@ -46,29 +48,40 @@ interface TransportContextLike {
   getSubject?(): unknown;
   getTopic?(): unknown;
   getChannel?(): unknown;
+  getPattern?(): unknown;
 }
 
-function consumerPartOf(message: object | undefined, pattern: string): string {
+function consumerPartOf(context: ExecutionContext, message: object | undefined, pattern: string): string {
   if (typeof message !== 'object' || message === null) return '';
-  const context = message as TransportContextLike;
+  const transportContext = message as TransportContextLike;
   const consumer = messageConsumerOf(message);
+  if (consumer?.indistinct.pattern !== undefined) throw indistinctConsumers(context, consumer.indistinct.pattern);
   let part = '';
-  const channel = typeof context.getChannelRef === 'function' ? context.getChannelRef() : undefined;
+  const channel = typeof transportContext.getChannelRef === 'function' ? transportContext.getChannelRef() : undefined;
   const queue = consumer?.queue ?? (typeof channel === 'object' && channel !== null ? rmqConsumerOf(channel)?.queue : undefined);
   if (queue !== undefined) part += ' queue=' + queue;
   else if (consumer?.queueGroup !== undefined) part += ' queue=' + consumer.queueGroup;
   if (consumer?.group !== undefined) part += ' group=' + consumer.group;
   for (const [name, read] of [
-    ['subject', context.getSubject],
-    ['topic', context.getTopic],
-    ['channel', context.getChannel],
+    ['subject', transportContext.getSubject],
+    ['topic', transportContext.getTopic],
+    ['channel', transportContext.getChannel],
+    ['pattern', transportContext.getPattern],
   ] as const) {
     if (typeof read !== 'function') continue;
-    const received = read.call(context);
+    const received = read.call(transportContext);
     if (typeof received === 'string' && received !== pattern) part += ` ${name}=${received}`;
     break;
   }
+  if (consumer !== undefined && consumer.handlers.count > 1) part += ` handler=${context.getClass().name}.${context.getHandler().name}`;
   return part;
+}
+
+function indistinctConsumers(context: ExecutionContext, pattern: string): IdempotencyConfigurationError {
+  return new IdempotencyConfigurationError(
+    `@Idempotent() on ${context.getClass().name}.${context.getHandler().name} cannot tell which consumer received this message: two servers of a custom transport strategy consume '${pattern}', and neither names its queue, so their messages would share records.`,
+    "Give each strategy instance the name of what it consumes as `options.queue` (e.g. this.options = { queue: 'orders-eu' }): the library reads a server's options.queue, the same on every instance of the service.",
+  );
 }
 
 /** The pattern part of a message operation, once per handler (and class, for the fallback): metadata never changes after boot. */
