@@ -58,7 +58,7 @@ export interface IdempotentOptions {
    * credentials: your explicit choice); anything else refuses the request with
    * `IDEMPOTENCY_CONFIGURATION_ERROR`. Read it from what your authentication set, never
    * from a header the client chooses.
-   * @default the caller on `request.user` (`.id`, `.sub`, `.userId` or `._id`) and on `request.auth` (`.sub`, `.payload.sub`, `.user`, `.id`, `.userId`), typed and with its source; one that is set without an id is refused, and so is a request with an `Authorization` or `X-API-Key` header or a signed-in session but no caller on either
+   * @default the caller on `request.user` (`.id`, `.sub`, `.userId` or `._id`), `request.auth` (`.sub`, `.payload.sub`, `.user`, `.id`, `.userId`) and `request.currentUser`, typed, with its source, and qualified by the `iss` / `tid` / `tenantId` beside it; one that is set without an id is refused, and so is a request with credentials (an `Authorization`, `X-API-Key`, `X-Access-Token` or `X-Auth-Token` header, a token cookie, a session holding a user) but no caller
    */
   scope?: (context: ExecutionContext) => MaybePromise<PrincipalResult>;
   /**
