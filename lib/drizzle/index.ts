@@ -10,6 +10,7 @@
 export { DrizzleIdempotencyStore } from './store.js';
 export type { DrizzleIdempotencyStoreOptions, DrizzleTransactionTuning, PurgeResult } from './store-options.js';
 export type { StoreRequirements } from '../core/store.js';
+export type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 export type { IdempotentIsolationLevel } from '../sql/port.js';
 export {
   runIdempotentTransaction,

@@ -37,6 +37,16 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    */
   logger?: LoggerService | false;
   /**
+   * What a client reads of a configuration error found while serving a request (a user
+   * object the scope cannot read, options a handler's transport cannot serve): by default a
+   * 500 `IDEMPOTENCY_CONFIGURATION_ERROR` with a generic detail, the details (classes,
+   * options, the fix) going to `logger` only, as they describe the server. True sends them in
+   * the answer as well (a development set-up). Client errors (400, 409, 422) always explain
+   * themselves.
+   * @default false
+   */
+  exposeConfigurationErrors?: boolean;
+  /**
    * A subclass of `IdempotencyRuntime` whose hooks (`resolveKey`, `resolveOperation`,
    * `resolvePrincipal`, `fingerprintMaterial`) derive keys, scopes and fingerprints your
    * own way, for every `@Idempotent()` handler of the module.

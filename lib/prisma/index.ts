@@ -7,6 +7,7 @@
 export { PrismaIdempotencyStore } from './store.js';
 export type { PrismaIdempotencyStoreOptions, PrismaTransactionTuning, PurgeResult } from './store-options.js';
 export type { StoreRequirements } from '../core/store.js';
+export type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 export type { IdempotentIsolationLevel } from '../sql/port.js';
 export {
   runIdempotentTransaction,

@@ -3,6 +3,7 @@ import { IdempotencyConfigurationError } from '../core/errors.js';
 import type { IdempotencyEventListener } from '../core/events.js';
 import { checkWholeNumber } from '../core/options.js';
 import type { ClaimResult, IdempotencyRecord } from '../core/record.js';
+import type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 import type {
   ClaimRequest,
   CompleteRequest,
@@ -143,6 +144,35 @@ export class PrismaIdempotencyStore implements TransactionalIdempotencyStore {
 
   ping(): Promise<void> {
     return this.records.ping();
+  }
+
+  /** Outbox (`IdempotencyOutbox`): claims staged executions for a relay (FOR UPDATE SKIP LOCKED and a claim lease). */
+  claimOutbox(request: OutboxClaimRequest): Promise<readonly ClaimedOutbox[]> {
+    return this.records.outbox.claim(request);
+  }
+
+  /** Outbox: records what a relay sent of a claimed execution and ends its claim. */
+  settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean> {
+    return this.records.outbox.settle(id, owner, settlement);
+  }
+
+  /** Outbox: what waits to be sent. */
+  outboxBacklog(): Promise<OutboxBacklog> {
+    return this.records.outbox.backlog();
+  }
+
+  /** Outbox: deletes up to `limit` executions sent more than `retention` ms ago (the relays call it). */
+  purgeOutbox(retention: number, limit: number): Promise<number> {
+    return this.records.outbox.purgeSent(retention, limit);
+  }
+
+  /** Outbox: false on a database whose dialect has no outbox yet (PostgreSQL has it). */
+  get outboxAvailable(): boolean {
+    try {
+      return this.records.outbox.available;
+    } catch {
+      return false;
+    }
   }
 
   /**
