@@ -1,3 +1,4 @@
+import { IdempotencyConfigurationError } from '../core/index.js';
 import type { ExecutionPolicy } from '../core/execution.js';
 import type { PolicyOptions } from '../core/policy.js';
 import type { IdempotencyStore } from '../core/store.js';
@@ -8,7 +9,7 @@ import type { BaseHandlerConfig, HandlerSite, Transport } from './transports/tra
 
 /** What the configuration pipeline needs of a module (`IdempotencyService`): its options, its store, its policies. */
 export interface ModuleDefaults {
-  readonly options: Readonly<IdempotentOptions & { readonly enabled?: boolean }>;
+  readonly options: Readonly<IdempotentOptions & { readonly enabled?: boolean; readonly exposeConfigurationErrors?: boolean }>;
   readonly store: IdempotencyStore;
   policy(handler: string, overrides: PolicyOptions): ExecutionPolicy;
 }
@@ -52,6 +53,13 @@ export function resolveHandlerConfig(
 
 /** The module's own options, checked by the rules of every handler (boot, before any handler). */
 export function validateModuleOptions(module: ModuleDefaults): void {
+  const expose: unknown = module.options.exposeConfigurationErrors;
+  if (expose !== undefined && typeof expose !== 'boolean') {
+    throw new IdempotencyConfigurationError(
+      `IdempotencyModule.forRoot(): exposeConfigurationErrors must be true or false, got ${typeof expose}.`,
+      'Write exposeConfigurationErrors: true to send configuration errors to clients (development), or leave it out.',
+    );
+  }
   validateIdempotentOptions('IdempotencyModule.forRoot()', mergeHandlerOptions(module.options, {}), module.store);
 }
 

@@ -21,7 +21,7 @@ import { runTransactional, type ProtocolSteps } from './transactional-run.js';
 import { NO_REPLY, type ResolvedHandlerConfig, type TransportAdapter } from './transport.adapter.js';
 import { requestTransports, TRANSPORTS } from './transports/registry.js';
 import type { Transport } from './transports/transport.js';
-import { refuseUnconfigured } from './unconfigured.js';
+import { publicErrorOf, refuseUnconfigured } from './unconfigured.js';
 
 type Principal = PrincipalResult;
 
@@ -381,6 +381,8 @@ export class IdempotencyRuntime {
 
   private transportErrorOf(context: ExecutionContext, config: ResolvedHandlerConfig, error: IdempotencyError): unknown {
     if (error.code === IdempotencyErrorCode.Configuration) this.service.reportConfigurationError(config.handlerName, error);
-    return config.adapter.toTransportError(context, error);
+    // A request's caller is a client, told the class of a configuration error only; a method's is the application's own code.
+    const remote = (config.adapter as Partial<Transport>).reach === 'request';
+    return config.adapter.toTransportError(context, remote ? publicErrorOf(error, this.service.options.exposeConfigurationErrors) : error);
   }
 }

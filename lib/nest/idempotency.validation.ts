@@ -107,6 +107,7 @@ interface ModuleOnlyOptions {
   readonly enabled?: unknown;
   readonly logger?: unknown;
   readonly runtime?: unknown;
+  readonly exposeConfigurationErrors?: unknown;
 }
 
 /**
@@ -119,7 +120,14 @@ export function mergeHandlerOptions(
   handlerOptions: IdempotentOptions,
   notInherited: readonly string[] = [],
 ): IdempotentOptions & Record<string, unknown> {
-  const { onEvent: _onEvent, enabled: _enabled, logger: _logger, runtime: _runtime, ...moduleDefaults } = moduleOptions;
+  const {
+    onEvent: _onEvent,
+    enabled: _enabled,
+    logger: _logger,
+    runtime: _runtime,
+    exposeConfigurationErrors: _exposeConfigurationErrors,
+    ...moduleDefaults
+  } = moduleOptions;
   const options: Record<string, unknown> = { ...moduleDefaults };
   for (const name of notInherited) delete options[name];
   for (const [name, value] of Object.entries(handlerOptions))

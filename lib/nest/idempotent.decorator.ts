@@ -8,6 +8,7 @@ import type { IdempotencyRuntime } from './idempotency.runtime.js';
 import { RUNTIME_PROPERTY } from './internal.js';
 import type { IdempotentMethodOptions } from './method-options.js';
 import { callWithoutRequest } from './method-runner.js';
+import { checkAtBoot } from './boot-check.js';
 import { noteIdempotentClass } from './outermost-placement.js';
 import { refuseWithoutModule } from './unconfigured.js';
 /** Marks a method wrapped by `@Idempotent()`, so that a second `@Idempotent()` on it is caught. */
@@ -92,11 +93,16 @@ export function Idempotent(options: IdempotentOptions | IdempotentMethodOptions 
     const contextIndex = Math.max(original.length, ...indices.map((index) => index + 1));
 
     const wrapper: HandlerFunction = function (this: Record<string, unknown> | undefined, ...args: unknown[]): unknown {
-      const context = args[contextIndex] as ExecutionContext | undefined;
+      let context = args[contextIndex] as ExecutionContext | undefined;
       // No request: a provider method, a job, an event or a tick, or a handler called by your own code.
       if (!context || typeof context.getType !== 'function') {
         return callWithoutRequest(this, wrapper, String(propertyKey), options, args, () => original.apply(this, args));
       }
+      // NestJS 11 (and 12 before its fix) caches a gateway handler's metadata by class name,
+      // so of two gateway classes of one name the second gets the first's class and handler
+      // in its context: its operation and options would be the other gateway's.
+      const owner = (this as { constructor?: Function } | undefined)?.constructor;
+      if (owner && context.getClass() !== owner && context.getClass().name === owner.name) context = ownedBy(context, owner, wrapper);
       // Without parameter decorators Nest hands microservice and gateway handlers their raw
       // arguments, which adding the context parameter replaced by empty slots.
       if (!hasParamDecorators && context.getType() !== 'http') args = context.getArgs();
@@ -119,14 +125,21 @@ export function Idempotent(options: IdempotentOptions | IdempotentMethodOptions 
     CurrentExecutionContext()(target, propertyKey, contextIndex);
     noteIdempotentClass(typeof target === 'function' ? target : target.constructor);
     injectRuntime(target);
+    // A static method is refused at boot by the explorer; an instance method's class checks its runtime at app.init().
+    if (typeof target !== 'function') checkAtBoot(target, propertyKey);
     SetMetadata(IDEMPOTENT_METADATA, options)(target, propertyKey, descriptor);
     return descriptor;
   };
 }
 
+/** `context` as seen from the class and handler that really run (see the wrapper). */
+function ownedBy(context: ExecutionContext, owner: Function, handler: Function): ExecutionContext {
+  return Object.assign(Object.create(context) as ExecutionContext, { getClass: () => owner, getHandler: () => handler });
+}
+
 /** Property injection of the module's runtime into the controller (Nest keeps one entry per property). */
 function injectRuntime(target: object): void {
   Inject(IDEMPOTENCY_RUNTIME)(target, RUNTIME_PROPERTY);
-  // Optional: without IdempotencyModule the request fails with a message that says so.
+  // Optional: without IdempotencyModule, app.init() refuses (boot-check.ts) and a call outside Nest says why.
   Optional()(target, RUNTIME_PROPERTY);
 }

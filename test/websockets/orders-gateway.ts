@@ -1,4 +1,4 @@
-import { Module, type Type } from '@nestjs/common';
+import { Module, type LoggerService, type Type } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import {
   ConnectedSocket,
@@ -38,7 +38,10 @@ async function placeOrder(order: Order, client: { data?: { user?: { id: string }
   return { orderId: `o_${order.requestId}`, sku: order.sku, run, by: client.data?.user?.id ?? client.handshake?.user?.id ?? null };
 }
 
-export function gatewayModule(platform: GatewayPlatform, options: { store?: IdempotencyStore } = {}): Type<unknown> {
+export function gatewayModule(
+  platform: GatewayPlatform,
+  options: { store?: IdempotencyStore; logger?: LoggerService | false } = {},
+): Type<unknown> {
   @WebSocketGateway(platform === 'socket.io' ? { namespace: '/orders' } : { path: '/orders' })
   class OrdersGateway implements OnGatewayInit, OnGatewayDisconnect {
     handleDisconnect() {
