@@ -179,8 +179,9 @@ async function installAll(plans, tarball, env) {
           const shared = base ? await build(base) : undefined;
           const dir = dirOf(node);
           const own = node.lines.slice(base ? base.lines.length : 0);
-          const ownStarted = Date.now();
+          let ownStarted = 0;
           await gate(async () => {
+            ownStarted = Date.now();
             if (base) {
               cpSync(dirOf(base), dir, { recursive: true, verbatimSymlinks: true });
               rmSync(join(dir, '.ready'), { force: true });

@@ -162,12 +162,13 @@ describe('docs/typeorm.md, built and run as a user would', () => {
     /** The steps table's entity, which the page registers beside the records one (once the package exports it). */
     let IdempotencyStepEntity: Function | undefined;
     let previous: DataSource | undefined;
+    // The repository's build of the package (the spec's own TypeORM must see its entities), made once per lib/ by the first suite that needs it.
     beforeAll(async () => {
       const dist = join(await installedPackage(), 'node_modules', 'nestjs-idempotency', 'dist', 'cjs');
       pkg = require(join(dist, 'index.js')) as typeof Root;
       const typeorm = require(join(dist, 'typeorm', 'index.js')) as typeof TypeOrmEntry & { IdempotencyStepEntity?: Function };
       ({ IdempotencyRecordEntity, TypeOrmIdempotencyStore, IdempotencyStepEntity } = typeorm);
-    });
+    }, 300_000);
     const synced = async (): Promise<DataSource> => {
       await previous?.destroy();
       previous = new DataSource({
