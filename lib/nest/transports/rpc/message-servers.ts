@@ -95,7 +95,13 @@ function wrap(prototype: Record<PropertyKey, unknown>): void {
   ) {
     if (typeof callback !== 'function' || registry.noting.has(callback))
       return addHandler.call(this, pattern, callback, isEventHandler, extras);
-    return addHandler.call(this, pattern, noting(this, pattern, callback as Handler, extras), isEventHandler, extras);
+    return addHandler.call(
+      this,
+      pattern,
+      noting(this, pattern, callback as Handler, extras, isEventHandler === true),
+      isEventHandler,
+      extras,
+    );
   };
   Object.defineProperty(prototype, WRAPPED, { value: true });
 }
@@ -106,8 +112,14 @@ function wrap(prototype: Record<PropertyKey, unknown>): void {
  * and reads on the registered callback (`next`, `extras`, `isEventHandler`), and the
  * callback reads them on itself; the Proxy passes every property through to it.
  */
-function noting(server: ServerLike, pattern: unknown, handler: Handler, extras: Record<string, unknown> | undefined): Handler {
-  const consumer = consumerFor(server, pattern, extras);
+function noting(
+  server: ServerLike,
+  pattern: unknown,
+  handler: Handler,
+  extras: Record<string, unknown> | undefined,
+  chained: boolean,
+): Handler {
+  const consumer = consumerFor(server, pattern, extras, chained);
   const noted = new Proxy(handler, {
     apply(target, thisArg, args: unknown[]) {
       // (data, context), or (RequestContextHost, data, context) for request-scoped handlers and chained calls.
@@ -126,13 +138,14 @@ function noting(server: ServerLike, pattern: unknown, handler: Handler, extras: 
 }
 
 /** The consumer of `pattern` on `server`: one object for all the handlers the server chains on it. */
-function consumerFor(server: ServerLike, pattern: unknown, extras: Record<string, unknown> | undefined): MessageConsumer {
+/** `chained`: an event handler, which Nest chains after the pattern's others (a request handler replaces them). */
+function consumerFor(server: ServerLike, pattern: unknown, extras: Record<string, unknown> | undefined, chained: boolean): MessageConsumer {
   const key = patternKey(server, pattern);
   let byPattern = registry.servers.get(server);
   if (!byPattern) registry.servers.set(server, (byPattern = new Map()));
   const known = byPattern.get(key);
   if (known) {
-    known.handlers.count++;
+    if (chained) known.handlers.count++;
     return known;
   }
   const consumer: MessageConsumer = {
