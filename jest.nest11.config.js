@@ -6,7 +6,7 @@ const base = require('./jest.config.js');
 module.exports = {
   ...base,
   moduleNameMapper: {
-    '^@nestjs/(common|core|platform-express|platform-fastify|microservices|testing|terminus|bullmq|bull-shared|event-emitter|schedule|graphql|apollo|mapped-types|swagger)(/.*)?$':
+    '^@nestjs/(common|core|platform-express|platform-fastify|microservices|testing|terminus|bullmq|bull-shared|event-emitter|schedule|graphql|apollo|mapped-types|swagger|websockets|platform-socket\\.io|platform-ws)(/.*)?$':
       '<rootDir>/.nest11/node_modules/@nestjs/$1$2',
     ...base.moduleNameMapper,
   },
