@@ -33,7 +33,14 @@ export type IdempotencyEventType =
   /** A `step()` ran and its result was recorded (`step` names it). */
   | 'step_completed'
   /** A `step()` finished by an earlier attempt of the execution returned its recorded result without running (`step` names it). */
-  | 'step_replayed';
+  | 'step_replayed'
+  /**
+   * The outbox relay sent a message and the broker confirmed it: `key` is the message id,
+   * `handler` the client's name, `durationMs` the time since the message was staged.
+   */
+  | 'outbox_sent'
+  /** The outbox relay could not send a message (`error`); it is tried again after a back-off (`reason`). */
+  | 'outbox_send_failed';
 
 /** One outcome of an idempotent execution, as `onEvent` listeners receive it. */
 export interface IdempotencyEvent {

@@ -21,6 +21,8 @@ export const DEFAULT_IDEMPOTENCY_LOG_LEVELS: Readonly<Record<IdempotencyEventTyp
   evicted_before_expiry: 'warn',
   step_completed: 'debug',
   step_replayed: 'debug',
+  outbox_sent: 'debug',
+  outbox_send_failed: 'warn',
 };
 
 export interface IdempotencyLoggerOptions {

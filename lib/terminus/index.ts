@@ -1,1 +1,2 @@
 export * from './idempotency.health.js';
+export * from './outbox.health.js';

@@ -11,7 +11,14 @@ import {
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, Ctx, EventPattern, Payload, Transport, type MicroserviceOptions, type RmqContext } from '@nestjs/microservices';
-import { Idempotent, IdempotencyModule, IdempotencyOutbox, type IdempotencyStore, type OutboxRelayOptions } from '../../lib/index.js';
+import {
+  Idempotent,
+  IdempotencyModule,
+  IdempotencyOutbox,
+  type IdempotencyEventListener,
+  type IdempotencyStore,
+  type OutboxRelayOptions,
+} from '../../lib/index.js';
 import { Effects, NEST_LOGGER, RABBITMQ_URL } from '../messages/support.js';
 
 /** The refund the API emits once its work committed. */
@@ -37,6 +44,7 @@ export async function startRefundsApi(options: {
   enabled?: boolean;
   /** The module's logger (configuration errors are written there). @default false */
   logger?: LoggerService | false;
+  onEvent?: IdempotencyEventListener;
 }): Promise<INestApplication> {
   @Controller('refunds')
   class RefundsController {
@@ -75,6 +83,7 @@ export async function startRefundsApi(options: {
       IdempotencyModule.forRoot({
         store: options.store,
         enabled: options.enabled,
+        onEvent: options.onEvent,
         logger: options.logger ?? false,
         outbox: { pollInterval: 100, retryDelay: 50, maxRetryDelay: 500, ...options.outbox },
       }),

@@ -1,6 +1,6 @@
 import type { INestApplication, INestMicroservice } from '@nestjs/common';
 import request from 'supertest';
-import { MemoryIdempotencyStore } from '../../lib/index.js';
+import { MemoryIdempotencyStore, type IdempotencyEvent } from '../../lib/index.js';
 import { RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
 import { captureLogger } from '../support/capture-logger.js';
 import { ConsumerLog, startRefundsApi, startRefundsConsumer } from './apps.js';
@@ -14,6 +14,7 @@ describe('the outbox over RabbitMQ (memory store)', () => {
   const queue = uniqueName('outbox-refunds');
   const log = new ConsumerLog();
   const logged: string[] = [];
+  const events: IdempotencyEvent[] = [];
   let api: INestApplication;
   let consumer: INestMicroservice;
   let probe: RabbitProbe;
@@ -21,7 +22,12 @@ describe('the outbox over RabbitMQ (memory store)', () => {
   beforeAll(async () => {
     probe = await RabbitProbe.open();
     consumer = await startRefundsConsumer({ store: new MemoryIdempotencyStore(), queue, log });
-    api = await startRefundsApi({ store: new MemoryIdempotencyStore(), queue, logger: captureLogger(logged) });
+    api = await startRefundsApi({
+      store: new MemoryIdempotencyStore(),
+      queue,
+      logger: captureLogger(logged),
+      onEvent: (event) => events.push(event),
+    });
   });
 
   afterAll(async () => {
@@ -43,6 +49,9 @@ describe('the outbox over RabbitMQ (memory store)', () => {
     expect(messageId).toMatch(/^msg_/);
     await waitFor('r-1 applied', () => log.effects.count('r-1') === 1);
     expect(log.messageIds).toContain(messageId);
+    // Reported to onEvent (and so to the Prometheus and OpenTelemetry listeners): the id, the client, the time since staging.
+    await waitFor('outbox_sent reported', () => events.some((event) => event.type === 'outbox_sent' && event.key === messageId));
+    expect(events.find((event) => event.type === 'outbox_sent' && event.key === messageId)).toMatchObject({ handler: 'EVENTS' });
   });
 
   it('sends nothing for a replay, nor for a handler that throws', async () => {

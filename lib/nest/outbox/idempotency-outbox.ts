@@ -6,6 +6,7 @@ import { IdempotencyConfigurationError } from '../../core/errors.js';
 import { stageOutboxMessage, supportsOutbox } from '../../core/outbox.js';
 import { OutboxRelay, resolveRelayOptions, type OutboxRelayOptions } from '../../core/outbox-relay.js';
 import type { OutboxMessage } from '../../core/outbox-store.js';
+import type { IdempotencyEvent } from '../../core/events.js';
 import type { IdempotencyStore } from '../../core/store.js';
 import { IdempotencyService } from '../idempotency.service.js';
 import { recordWrapFor, type RecordWrap } from './outbox-records.js';
@@ -104,12 +105,28 @@ export class IdempotencyOutbox implements OnApplicationBootstrap, OnApplicationS
   private relayFor(store: IdempotencyStore): void {
     if (this.relays.has(store) || !supportsOutbox(store)) return;
     const log = this.service.log;
+    const onEvent = this.service.policy('outbox').onEvent;
+    const emit = (event: IdempotencyEvent): void => {
+      try {
+        onEvent?.(event);
+      } catch {
+        // A faulty listener must not stop the relay.
+      }
+    };
     const relay = new OutboxRelay(store, (message) => this.send(message), this.relayOptions, {
-      failed: (message, error, retryAt, attempts) =>
+      sent: (message, stagedAt) => {
+        const at = Date.now();
+        emit({ type: 'outbox_sent', key: message.id, handler: message.client, at, durationMs: at - stagedAt });
+      },
+      failed: (message, error, retryAt, attempts) => {
+        const at = Date.now();
+        const reason = `attempt ${attempts}; tried again in ${Math.max(0, retryAt - at)} ms`;
+        emit({ type: 'outbox_send_failed', key: message.id, handler: message.client, at, durationMs: 0, error, reason });
         log.warn(
           `outbox:${message.client}`,
-          `The outbox could not send ${message.id} through ${message.client} (attempt ${attempts}; next in ${Math.max(0, retryAt - Date.now())} ms): ${(error as Error)?.message ?? String(error)}`,
-        ),
+          `The outbox could not send ${message.id} through ${message.client} (${reason}): ${(error as Error)?.message ?? String(error)}`,
+        );
+      },
       storeFailed: (error) =>
         log.warn('outbox:store', `The outbox relay could not reach its store: ${(error as Error)?.message ?? String(error)}`),
     });
