@@ -152,7 +152,16 @@ export async function mariadbFaultStore(options: SqlFaultStoreOptions = {}): Pro
     name: 'MariaDB',
     proxies: [proxy],
     async openBackend() {
-      const dataSource = new DataSource({ ...mariadbConnection, ...proxy.address, database: db.database, poolSize: options.poolSize ?? 4 });
+      // MariaDB's counterpart of PostgreSQL's idle_in_transaction_session_timeout (see
+      // postgresFaultStore), set on each connection the pool opens, the first included.
+      const driver = options.transactional ? mysql2EndingIdleTransactions() : undefined;
+      const dataSource = new DataSource({
+        ...mariadbConnection,
+        ...proxy.address,
+        database: db.database,
+        poolSize: options.poolSize ?? 4,
+        ...(driver ? { driver } : {}),
+      });
       await dataSource.initialize();
       return {
         store: new TypeOrmIdempotencyStore(dataSource, options.storeOptions),
@@ -164,6 +173,22 @@ export async function mariadbFaultStore(options: SqlFaultStoreOptions = {}): Pro
     async dispose() {
       await proxy.stop();
       await db.drop();
+    },
+  };
+}
+
+/** mysql2, its pools setting `idle_transaction_timeout` (2 s) on every connection they open. */
+function mysql2EndingIdleTransactions(): object {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const mysql2 = require('mysql2') as {
+    createPool(options: object): { on(event: 'connection', fn: (c: { query(sql: string): void }) => void): void };
+  };
+  return {
+    ...mysql2,
+    createPool(options: object) {
+      const pool = mysql2.createPool(options);
+      pool.on('connection', (connection) => connection.query('SET SESSION idle_transaction_timeout = 2'));
+      return pool;
     },
   };
 }
