@@ -179,7 +179,6 @@ export async function mariadbFaultStore(options: SqlFaultStoreOptions = {}): Pro
 
 /** mysql2, its pools setting `idle_transaction_timeout` (2 s) on every connection they open. */
 function mysql2EndingIdleTransactions(): object {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
   const mysql2 = require('mysql2') as {
     createPool(options: object): { on(event: 'connection', fn: (c: { query(sql: string): void }) => void): void };
   };
