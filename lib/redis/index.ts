@@ -4,6 +4,7 @@
  * one of the optional peers `ioredis` or `redis`; this entry point loads neither.
  */
 export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis.store.js';
+export { createRedisIdempotencyStore, type OwnedRedisIdempotencyStoreOptions } from './owned-store.js';
 export type { NearCacheTrackingMode, RedisNearCacheOptions, RedisNearCacheStats } from './near-cache-options.js';
 export { RedisOneTimeTokenStore, type RedisOneTimeTokenStoreOptions } from './redis-one-time-token.store.js';
 export { RedisLockProvider, type RedisLockProviderOptions } from './redis-lock.provider.js';
