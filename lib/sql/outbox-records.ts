@@ -33,7 +33,7 @@ export class SqlOutbox {
     if (this.sql) return this.sql;
     throw new IdempotencyConfigurationError(
       `${this.owner} has no outbox on ${this.dialect.name} yet.`,
-      'Use PostgreSQL for the outbox, or the memory store.',
+      'Use PostgreSQL, MySQL or MariaDB for the outbox, or the memory store.',
     );
   }
 
@@ -43,7 +43,10 @@ export class SqlOutbox {
   }
 
   async claim(request: OutboxClaimRequest): Promise<ClaimedOutbox[]> {
-    const { rows } = await this.db.run(this.statements.claim(request.owner, request.limit, request.claimTtl));
+    const sql = this.statements;
+    const rows = sql.claim
+      ? (await this.db.run(sql.claim(request.owner, request.limit, request.claimTtl))).rows
+      : await this.claimInSteps(sql, request);
     return rows
       .map((row) => ({
         id: String(row.id),
@@ -53,6 +56,17 @@ export class SqlOutbox {
         stagedAt: Number(row.staged_at),
       }))
       .sort((a, b) => a.stagedAt - b.stagedAt);
+  }
+
+  /** Lock the due rows, mark them, read them: one transaction (MySQL family). */
+  private claimInSteps(sql: OutboxStatements, request: OutboxClaimRequest): Promise<Record<string, unknown>[]> {
+    const steps = sql.claimSteps!;
+    return this.db.transaction(undefined, async (tx) => {
+      const ids = (await tx.run(steps.lockDue(request.limit))).rows.map((row) => String(row.id));
+      if (ids.length === 0) return [];
+      await tx.run(steps.mark(request.owner, ids, request.claimTtl));
+      return (await tx.run(steps.read(ids))).rows;
+    });
   }
 
   async settle(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean> {

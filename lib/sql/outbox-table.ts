@@ -1,6 +1,7 @@
 import type { StagedOutbox } from '../core/outbox-store.js';
 import type { RecordDialect } from './dialect.js';
 import type { TableName } from './dialects/records-table.js';
+import { MYSQL_NOW, mysqlQuoted } from './dialects/mysql-statements.js';
 import { plain, type Statement } from './statement.js';
 
 /*
@@ -26,8 +27,18 @@ export interface OutboxStatements {
   dropTable(): string[];
   /** Stages one execution's messages (nothing when its id is there already: a repeated completion). */
   insert(key: string, staged: StagedOutbox): Statement;
-  /** Claims up to `limit` due rows for `owner` during `claimTtl` ms, oldest first, skipping rows other claims lock. */
-  claim(owner: string, limit: number, claimTtl: number): Statement;
+  /** Claims up to `limit` due rows for `owner` during `claimTtl` ms, oldest first, skipping rows other claims lock (one statement). */
+  claim?(owner: string, limit: number, claimTtl: number): Statement;
+  /**
+   * Where one statement cannot claim (MySQL family: an UPDATE cannot read its own table in
+   * a subquery), the three statements of a claim run in one transaction: lock the due
+   * rows (`FOR UPDATE SKIP LOCKED`), mark them, read them.
+   */
+  claimSteps?: {
+    lockDue(limit: number): Statement;
+    mark(owner: string, ids: readonly string[], claimTtl: number): Statement;
+    read(ids: readonly string[]): Statement;
+  };
   /** Settles `owner`'s claim of a row: `next` sent; the rest due in `retryDelay` ms. */
   settle(id: string, owner: string, next: number, retryDelay: number, error: string | undefined): Statement;
   /** How many rows wait, and the oldest one's staging time. */
@@ -47,6 +58,7 @@ export function outboxTableOf(records: TableName): TableName {
 /** The outbox statements of `records` for `dialect`; undefined where the outbox is not built yet. */
 export function outboxStatements(dialect: RecordDialect, records: TableName): OutboxStatements | undefined {
   if (dialect === 'postgres') return postgresOutbox(outboxTableOf(records));
+  if (dialect === 'mysql') return mysqlOutbox(outboxTableOf(records));
   return undefined;
 }
 
@@ -107,5 +119,71 @@ WHERE "id" = $1::varchar AND "claimed_by" = $2::varchar`,
         [retention, limit],
       ),
     probe: () => plain(`SELECT ${COLUMNS} FROM ${t} WHERE 1 = 0`),
+  };
+}
+
+/** MySQL 8 and MariaDB 10.6+ (SKIP LOCKED). */
+function mysqlOutbox(outbox: TableName): OutboxStatements {
+  const t = mysqlQuoted(outbox);
+  const marks = (ids: readonly string[]) => ids.map(() => '?').join(', ');
+  return {
+    quoted: t,
+    createTable: () => [
+      `CREATE TABLE IF NOT EXISTS ${t} (
+  \`id\` varchar(64) NOT NULL,
+  \`key\` varchar(255) NOT NULL,
+  \`messages\` longtext NOT NULL,
+  \`count\` int NOT NULL,
+  \`next\` int NOT NULL DEFAULT 0,
+  \`attempts\` int NOT NULL DEFAULT 0,
+  \`staged_at\` bigint NOT NULL,
+  \`available_at\` bigint NOT NULL,
+  \`claimed_by\` varchar(64) NULL,
+  \`claimed_until\` bigint NOT NULL DEFAULT 0,
+  \`sent_at\` bigint NULL,
+  \`last_error\` text NULL,
+  PRIMARY KEY (\`id\`),
+  KEY \`idx_${outbox.table}_due\` (\`sent_at\`, \`available_at\`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+    ],
+    dropTable: () => [`DROP TABLE IF EXISTS ${t}`],
+    insert: (key, staged) =>
+      plain(
+        `INSERT INTO ${t} (\`id\`, \`key\`, \`messages\`, \`count\`, \`staged_at\`, \`available_at\`)
+VALUES (?, ?, ?, ?, ${MYSQL_NOW}, ${MYSQL_NOW}) ON DUPLICATE KEY UPDATE \`id\` = \`id\``,
+        [staged.id, key, staged.messages, staged.count],
+      ),
+    claimSteps: {
+      lockDue: (limit) =>
+        plain(
+          `SELECT \`id\` FROM ${t} WHERE \`sent_at\` IS NULL AND \`available_at\` <= ${MYSQL_NOW} AND \`claimed_until\` <= ${MYSQL_NOW}
+ORDER BY \`available_at\`, \`staged_at\` LIMIT ? FOR UPDATE SKIP LOCKED`,
+          [limit],
+        ),
+      mark: (owner, ids, claimTtl) =>
+        plain(`UPDATE ${t} SET \`claimed_by\` = ?, \`claimed_until\` = ${MYSQL_NOW} + ? WHERE \`id\` IN (${marks(ids)})`, [
+          owner,
+          claimTtl,
+          ...ids,
+        ]),
+      read: (ids) =>
+        plain(`SELECT \`id\`, \`messages\`, \`next\`, \`attempts\`, \`staged_at\` FROM ${t} WHERE \`id\` IN (${marks(ids)})`, [...ids]),
+    },
+    // MySQL assigns left to right, each later expression seeing the new values: \`next\` goes last.
+    settle: (id, owner, next, retryDelay, error) =>
+      plain(
+        `UPDATE ${t} SET \`sent_at\` = CASE WHEN GREATEST(\`next\`, ?) >= \`count\` THEN ${MYSQL_NOW} END,
+  \`attempts\` = \`attempts\` + CASE WHEN GREATEST(\`next\`, ?) >= \`count\` THEN 0 ELSE 1 END,
+  \`available_at\` = ${MYSQL_NOW} + ?, \`claimed_by\` = NULL, \`claimed_until\` = 0, \`last_error\` = ?, \`next\` = GREATEST(\`next\`, ?)
+WHERE \`id\` = ? AND \`claimed_by\` = ?`,
+        [next, next, retryDelay, error ?? null, next, id, owner],
+      ),
+    backlog: () => plain(`SELECT COUNT(*) AS \`pending\`, MIN(\`staged_at\`) AS \`oldest\` FROM ${t} WHERE \`sent_at\` IS NULL`),
+    purgeSent: (retention, limit) =>
+      plain(`DELETE FROM ${t} WHERE \`sent_at\` IS NOT NULL AND \`sent_at\` <= ${MYSQL_NOW} - ? ORDER BY \`sent_at\` LIMIT ?`, [
+        retention,
+        limit,
+      ]),
+    probe: () => plain(`SELECT ${COLUMNS.replaceAll('"', '`')} FROM ${t} WHERE 1 = 0`),
   };
 }

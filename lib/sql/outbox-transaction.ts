@@ -43,7 +43,7 @@ export class TransactionOutbox implements OutboxHost {
     if (!statements) {
       throw new IdempotencyConfigurationError(
         `IdempotencyOutbox.emit() was called in an idempotent transaction on ${dialect.name}, which has no outbox yet.`,
-        'Use PostgreSQL for the outbox, or the memory store.',
+        'Use PostgreSQL, MySQL or MariaDB for the outbox, or the memory store.',
       );
     }
     try {

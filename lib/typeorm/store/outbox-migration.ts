@@ -16,7 +16,7 @@ async function runOutboxDdl(runner: QueryRunner, tableName: string, what: 'creat
   if (!statements) {
     throw new IdempotencyConfigurationError(
       `The outbox table has no DDL for ${dialect} yet.`,
-      'Use PostgreSQL for the outbox (IdempotencyOutbox), or leave this migration out.',
+      'Use PostgreSQL, MySQL or MariaDB for the outbox (IdempotencyOutbox), or leave this migration out.',
     );
   }
   for (const sql of statements[what]()) await runner.query(sql);
@@ -24,7 +24,7 @@ async function runOutboxDdl(runner: QueryRunner, tableName: string, what: 'creat
 
 /**
  * Creates `idempotency_records_outbox`, the table of the messages `IdempotencyOutbox.emit()`
- * stages (PostgreSQL): add it after the records migration when handlers use the outbox.
+ * stages (PostgreSQL, MySQL, MariaDB): add it after the records migration when handlers use the outbox.
  * `down` drops it. See docs/outbox.md.
  */
 export class AddIdempotencyOutbox1730000000000 implements MigrationInterface {

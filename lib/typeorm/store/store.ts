@@ -190,7 +190,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     return this.records.outbox.purgeSent(retention, limit);
   }
 
-  /** Outbox: false on a database whose dialect has no outbox yet (PostgreSQL has it). */
+  /** Outbox: false on a database whose dialect has no outbox yet (SQLite; PostgreSQL, MySQL and MariaDB have it). */
   get outboxAvailable(): boolean {
     try {
       return this.records.outbox.available;
