@@ -12,7 +12,8 @@
 //    install; pages whose lines start alike share the install of those first lines,
 //    copied into each page's folder before its own lines run (what those lines make in
 //    one run, against one registry state). Three npm runs at a time.
-// 3. runs the docs suites (test/docs/) with DOCS_FRESH_DIR and DOCS_FRESH_TARBALL set:
+// 3. runs the docs suites (test/docs/) with DOCS_FRESH_DIR and DOCS_FRESH_TARBALL set, from
+//    the start (a suite waits for its page's install, whose lock this script holds):
 //    test/docs/support/doc-app.ts builds each page's files inside its install, with the
 //    TypeScript that install brought, and each suite runs the app and the page's commands;
 // 4. prints each page's install and suite times, and the total.
@@ -22,7 +23,7 @@
 //   DOCS_WORKERS=<n>       Jest workers (default 2)
 //   DOCS_LIB_REF=<commit>  pack that commit's lib/, package.json and build config instead of the working tree's
 //   KEEP_DOCS_FRESH=1      keep the run's folder (installs, apps, timings) for a post-mortem
-import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -47,12 +48,16 @@ try {
   };
   const jestArgs = process.argv.slice(2).length ? process.argv.slice(2) : [join(root, 'test', 'docs') + '/'];
 
+  // The suites start at once: each waits for its page's install (doc-app.ts waits on the lock installAll holds).
   const installStarted = Date.now();
-  const installs = await installAll(plannedInstalls(jestArgs), tarball, env);
-  console.log(`installed what ${installs.length} page set-up(s) need in ${seconds(installStarted)} s`);
-
+  const plans = plannedInstalls(jestArgs);
+  for (const plan of plans) lock(plan.key);
+  const installing = installAll(plans, tarball, env).then((installs) => {
+    console.log(`\ninstalled what ${installs.length} page set-up(s) need in ${seconds(installStarted)} s`);
+    return installs;
+  });
   const report = join(work, 'jest.json');
-  const jest = spawnSync(
+  const jest = spawn(
     process.execPath,
     [
       join(root, 'node_modules', 'jest', 'bin', 'jest.js'),
@@ -65,7 +70,8 @@ try {
     ],
     { cwd: root, env, stdio: 'inherit' },
   );
-  status = jest.status ?? 1;
+  status = await new Promise((resolve) => jest.on('exit', (code) => resolve(code ?? 1)));
+  const installs = await installing;
   printTimes(installs, existsSync(report) ? JSON.parse(readFileSync(report, 'utf8')).testResults : []);
   console.log(`\ndocs on a fresh install ${status === 0 ? 'passed' : 'FAILED'} in ${seconds(started)} s`);
 } catch (error) {
@@ -198,7 +204,10 @@ async function installAll(plans, tarball, env) {
               }
             }
           });
-          if (node.final) writeFileSync(join(dir, '.ready'), new Date().toISOString());
+          if (node.final) {
+            writeFileSync(join(dir, '.ready'), new Date().toISOString());
+            unlock(node.key);
+          }
           const ownSeconds = (Date.now() - ownStarted) / 1000;
           return { seconds: (shared?.seconds ?? 0) + ownSeconds, ownSeconds, sharedLines: base?.lines.length ?? 0 };
         })(),
@@ -212,6 +221,9 @@ async function installAll(plans, tarball, env) {
         return { pages: plan.pages, lines: plan.lines.length, ...(await build(nodes.get(plan.key))) };
       } catch (error) {
         console.error(`docs/${plan.pages.join('.md, docs/')}.md: ${error.message}`);
+        // The page's suite then runs the install itself, and fails with this same error.
+        rmSync(join(work, `install-${plan.key}`), { recursive: true, force: true });
+        unlock(plan.key);
         return { pages: plan.pages, lines: plan.lines.length, failed: true };
       }
     }),
@@ -235,6 +247,17 @@ function printTimes(installs, suites) {
           );
     console.log(`${page.padEnd(24)}${installText}${((suite.endTime - suite.startTime) / 1000).toFixed(1).padStart(7)}  ${suite.status}`);
   }
+}
+
+/** doc-app.ts's lock of an install (`once()`): a suite that needs it waits until installAll has made it. */
+function lock(key) {
+  const dir = join(work, `install-${key}.lock`);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'pid'), String(process.pid));
+}
+
+function unlock(key) {
+  rmSync(join(work, `install-${key}.lock`), { recursive: true, force: true });
 }
 
 /** At most `size` of the functions given run at once. */
