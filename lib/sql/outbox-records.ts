@@ -1,6 +1,7 @@
 import { IdempotencyConfigurationError } from '../core/errors.js';
 import type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement, StagedOutbox } from '../core/outbox-store.js';
 import type { SqlDialect } from './dialect.js';
+import { isMissingTableError } from './failures.js';
 import { nameOf } from './dialects/records-table.js';
 import { outboxStatements, outboxTableOf, type OutboxStatements } from './outbox-table.js';
 import type { SqlConnection, SqlDatabase } from './port.js';
@@ -77,8 +78,19 @@ export class SqlOutbox {
     return affected > 0;
   }
 
+  /** What waits; a missing outbox table is an `IdempotencyConfigurationError` (the relay is then left off). */
   async backlog(): Promise<OutboxBacklog> {
-    const { rows } = await this.db.run(this.statements.backlog());
+    let rows: Record<string, unknown>[];
+    try {
+      rows = (await this.db.run(this.statements.backlog())).rows;
+    } catch (error) {
+      if (!isMissingTableError(error)) throw error;
+      throw new IdempotencyConfigurationError(
+        `The outbox table ${this.table} of ${this.owner} does not exist.`,
+        "Create it with the store's ensureTable() or its migration (AddIdempotencyOutbox), where handlers use IdempotencyOutbox.",
+        { cause: error },
+      );
+    }
     const pending = Number(rows[0]?.pending ?? 0);
     const oldest = rows[0]?.oldest;
     return pending > 0 && oldest !== null && oldest !== undefined ? { pending, oldestStagedAt: Number(oldest) } : { pending };

@@ -236,3 +236,33 @@ describe('the outbox migration (TypeORM, PostgreSQL)', () => {
     }
   });
 });
+
+describe('an application on PostgreSQL that never created the outbox table', () => {
+  it('boots with no relay (no failing query nor log line per poll); its first emit, once the table exists, starts one', async () => {
+    const table = tableName();
+    const queue = uniqueName('outbox-late');
+    const log = new ConsumerLog();
+    const logged: string[] = [];
+    const { dataSource, store, refunds } = await openPgOutbox(table);
+    await dataSource.query(`DROP TABLE "${table}_outbox"`);
+    const consumer = await startRefundsConsumer({ store: new MemoryIdempotencyStore(), queue, log });
+    const api = await startPgRefundsApi({ store, refunds, queue, logger: captureLogger(logged), outbox: { pollInterval: 20 } });
+    try {
+      // A relay started at boot fails its first claim at once (its poll is 20 ms), and says so:
+      // nothing is said over 25 polls.
+      const quietUntil = Date.now() + 500;
+      while (Date.now() < quietUntil) {
+        expect(logged.filter((line) => line.includes('could not reach its store'))).toEqual([]);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await store.ensureTable();
+      await request(api.getHttpServer()).post('/refunds/late-1').set('Idempotency-Key', 'late-1').send({ amount: 1 }).expect(201);
+      await waitFor('late-1 applied', () => log.effects.count('late-1') === 1);
+    } finally {
+      await api.close();
+      await consumer.close();
+      await dropPgOutbox(dataSource, table);
+      await dataSource.destroy();
+    }
+  });
+});

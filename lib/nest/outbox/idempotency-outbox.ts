@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Injectable, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { lastValueFrom, type Observable } from 'rxjs';
-import { IdempotencyConfigurationError } from '../../core/errors.js';
+import { IdempotencyConfigurationError, IdempotencyErrorCode, isIdempotencyError } from '../../core/errors.js';
 import { stageOutboxMessage, supportsOutbox } from '../../core/outbox.js';
 import { OutboxRelay, resolveRelayOptions, type OutboxRelayOptions } from '../../core/outbox-relay.js';
 import type { OutboxMessage } from '../../core/outbox-store.js';
@@ -68,14 +68,29 @@ export class IdempotencyOutbox implements OnApplicationBootstrap, OnApplicationS
     this.clientOf(name);
     if (this.service.options.enabled === false) return this.sendNow(name, pattern, payload);
     const { message, store } = stageOutboxMessage(name, pattern, payload);
-    if (this.started && store) this.relayFor(store);
+    // A transaction's messages are in the tables of the module's store (the relay reads them there).
+    if (this.started) this.relayFor(store ?? this.service.store);
     return message.id;
   }
 
-  /** @internal Starts the relay of the module's store, which also sends what other instances left. */
+  /**
+   * @internal Starts the relay of the module's store, which also sends what other instances
+   * left. A store without an outbox table (an application that does not use the outbox and
+   * never created it) gets no relay, and so no failing query and log line every poll: its
+   * first `emit()` starts one.
+   */
   onApplicationBootstrap(): void {
     this.started = true;
-    if (supportsOutbox(this.service.store)) this.relayFor(this.service.store);
+    const store = this.service.store;
+    if (!supportsOutbox(store)) return;
+    // Not awaited: a store unreachable at boot must not hold the application back (its relay
+    // starts all the same, and retries); only a configuration error (no table) leaves it off.
+    store.outboxBacklog().then(
+      () => this.started && this.relayFor(store),
+      (error: unknown) => {
+        if (!(isIdempotencyError(error) && error.code === IdempotencyErrorCode.Configuration) && this.started) this.relayFor(store);
+      },
+    );
   }
 
   /** @internal Stops the relays once their current round ended. */
