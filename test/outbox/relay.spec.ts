@@ -1,4 +1,10 @@
-import { IdempotencyConfigurationError, MemoryIdempotencyStore, makeIdempotent, type IdempotencyStore } from '../../lib/index.js';
+import {
+  IdempotencyConfigurationError,
+  IdempotencyStoreUnavailableError,
+  MemoryIdempotencyStore,
+  makeIdempotent,
+  type IdempotencyStore,
+} from '../../lib/index.js';
 import { stageOutboxMessage } from '../../lib/core/outbox.js';
 import { OutboxRelay, type OutboxRelayOptions } from '../../lib/core/outbox-relay.js';
 import type { IdempotencyOutboxStore, OutboxMessage } from '../../lib/core/outbox-store.js';
@@ -68,6 +74,23 @@ describe('the outbox on the memory store', () => {
     };
     const run = makeIdempotent(async () => emit('x'), { store: bare, key: () => 'k', scope: 'bare' });
     await expect(run()).rejects.toThrow(/store without an outbox/);
+  });
+
+  it('refuses a message in a run through a store outage (fail-open): no record to stage it with', async () => {
+    const memory = new MemoryIdempotencyStore();
+    const down = Object.assign(Object.create(memory) as MemoryIdempotencyStore, {
+      claim: async () => {
+        throw new Error('store down');
+      },
+    });
+    const run = makeIdempotent(async () => emit('unprotected'), {
+      store: down,
+      key: () => 'k',
+      scope: 'outage',
+      onStoreError: 'fail-open',
+    });
+    await expect(run()).rejects.toThrow(IdempotencyStoreUnavailableError);
+    await expect(run()).rejects.toThrow(/without protection through a store outage/);
   });
 
   it('sends only after the record completed, in staging order, each with an id of its execution and position', async () => {
