@@ -5,7 +5,7 @@ import { isMissingTableError } from './failures.js';
 import { nameOf } from './dialects/records-table.js';
 import { outboxStatements, outboxTableOf, type OutboxStatements } from './outbox-table.js';
 import type { SqlConnection, SqlDatabase } from './port.js';
-import { plain } from './statement.js';
+import { plain, type Statement } from './statement.js';
 
 /**
  * The outbox of a SQL store (outbox-table.ts): staged in the transaction that completes
@@ -36,6 +36,18 @@ export class SqlOutbox {
       `${this.owner} has no outbox on ${this.dialect.name} yet.`,
       'Use PostgreSQL, MySQL or MariaDB for the outbox, or the memory store.',
     );
+  }
+
+  /**
+   * The completion and the staging in one statement, where the dialect has one (PostgreSQL):
+   * true when the record completed. Undefined where it has none (the caller then runs both
+   * in a transaction of their own).
+   */
+  async completeAndStage(complete: Statement, key: string, staged: StagedOutbox): Promise<boolean | undefined> {
+    const statement = this.statements.completeAndStage?.(complete, key, staged);
+    if (!statement) return undefined;
+    const { rows } = await this.db.run(statement);
+    return Number(rows[0]?.completed ?? 0) > 0;
   }
 
   /** Stages an execution's messages on `connection`, inside the transaction that completes its record. */

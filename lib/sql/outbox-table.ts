@@ -27,6 +27,12 @@ export interface OutboxStatements {
   dropTable(): string[];
   /** Stages one execution's messages (nothing when its id is there already: a repeated completion). */
   insert(key: string, staged: StagedOutbox): Statement;
+  /**
+   * PostgreSQL: the record's completion (`complete`, an UPDATE of the records table whose
+   * parameters are $1-$4) and the staging as one statement, answering a row whose
+   * `completed` counts the records completed (0: the lease was not ours, nothing staged).
+   */
+  completeAndStage?(complete: Statement, key: string, staged: StagedOutbox): Statement;
   /** Claims up to `limit` due rows for `owner` during `claimTtl` ms, oldest first, skipping rows other claims lock (one statement). */
   claim?(owner: string, limit: number, claimTtl: number): Statement;
   /**
@@ -94,6 +100,17 @@ function postgresOutbox(outbox: TableName): OutboxStatements {
 SELECT $1::varchar, $2::varchar, $3::text, $4::integer, c.now_ms, c.now_ms FROM (SELECT ${PG_NOW} AS now_ms) c
 ON CONFLICT ("id") DO NOTHING`,
         [staged.id, key, staged.messages, staged.count],
+      ),
+    completeAndStage: (complete, key, staged) =>
+      plain(
+        `WITH "done" AS (${complete.sql}
+RETURNING 1),
+"staged" AS (INSERT INTO ${t} ("id", "key", "messages", "count", "staged_at", "available_at")
+SELECT $${complete.params.length + 1}::varchar, $${complete.params.length + 2}::varchar, $${complete.params.length + 3}::text, $${complete.params.length + 4}::integer, n.now_ms, n.now_ms
+FROM (SELECT count(*) AS "n" FROM "done") d, (SELECT ${PG_NOW} AS now_ms) n WHERE d."n" > 0
+ON CONFLICT ("id") DO NOTHING)
+SELECT count(*)::integer AS "completed" FROM "done"`,
+        [...complete.params, staged.id, key, staged.messages, staged.count],
       ),
     claim: (owner, limit, claimTtl) =>
       plain(

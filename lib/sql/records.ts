@@ -202,6 +202,9 @@ export class SqlRecords<Tx extends SqlTransaction = SqlTransaction> {
   /** The completion and the execution's staged messages, in one transaction. */
   private async completeWithOutbox(complete: Statement, key: string, staged: StagedOutbox): Promise<boolean> {
     try {
+      // PostgreSQL: one statement; elsewhere a transaction of the two.
+      const done = await this.outbox.completeAndStage(complete, key, staged);
+      if (done !== undefined) return done;
       return await this.db.transaction(undefined, async (tx) => {
         const { affected } = await tx.run(complete);
         if (affected > 0) await this.outbox.stage(tx, key, staged);

@@ -12,6 +12,7 @@ import {
   runIdempotentTransaction,
 } from '../../lib/typeorm/index.js';
 import { RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
+import { mariadbConnection } from '../support/mariadb.js';
 import { pgConnection } from '../support/postgres.js';
 import { captureLogger } from '../support/capture-logger.js';
 import { ConsumerLog, startRefundsConsumer } from './apps.js';
@@ -202,6 +203,33 @@ describe('two relays on one PostgreSQL outbox', () => {
     purging.start();
     await waitFor('the sent rows purged', async () => (await sentRows()) === 0);
   }, 30_000);
+});
+
+describe('a lease-based completion with messages (TypeORM store, PostgreSQL and MariaDB)', () => {
+  it.each([
+    ['PostgreSQL', pgConnection],
+    ['MariaDB', { ...mariadbConnection, database: 'test' }],
+  ] as const)('%s: stages only with its own completion, once', async (_name, connection) => {
+    const table = tableName();
+    const dataSource = new DataSource({ ...(connection as typeof pgConnection) });
+    await dataSource.initialize();
+    try {
+      const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
+      await store.ensureTable();
+      const staged = { id: 'x'.repeat(43), messages: JSON.stringify([{ id: 'msg_1', client: 'EVENTS', pattern: 'e', data: 1 }]), count: 1 };
+      await store.claim('k', { token: 't1', leaseTtl: 10_000 });
+      expect(await store.complete('k', 'someone-else', { result: '{}', ttl: 10_000, outbox: staged })).toBe(false);
+      expect(await store.outboxBacklog()).toEqual({ pending: 0 });
+      expect(await store.complete('k', 't1', { result: '{}', ttl: 10_000, outbox: staged })).toBe(true);
+      await store.complete('k', 't1', { result: '{}', ttl: 10_000, outbox: staged }); // a repeat whose reply was lost
+      expect(await store.outboxBacklog()).toMatchObject({ pending: 1 });
+      expect(await store.get('k')).toMatchObject({ status: 'completed' });
+    } finally {
+      const q = dataSource.options.type === 'postgres' ? '"' : '`';
+      for (const name of [`${table}_outbox`, `${table}_steps`, table]) await dataSource.query(`DROP TABLE IF EXISTS ${q}${name}${q}`);
+      await dataSource.destroy();
+    }
+  });
 });
 
 describe('the outbox migration (TypeORM, PostgreSQL)', () => {
