@@ -60,7 +60,7 @@ describe('scripts/check-docs.mjs', () => {
     const page = (controller: string) =>
       [
         '```ts file=src/main.ts',
-        "import { PaymentsController } from './payments.controller';",
+        "import { PaymentsController } from './payments.controller.js';",
         'export const controllers = [PaymentsController];',
         '```',
         '',
