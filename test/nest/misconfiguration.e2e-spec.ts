@@ -65,7 +65,8 @@ describe('a forgotten IdempotencyModule stops app.init()', () => {
     try {
       await expect(moduleRef.init()).rejects.toThrow(/Refunds\.refund cannot find IdempotencyModule/);
     } finally {
-      await moduleRef.close();
+      // NestJS 11's close() awaits the failed initialisation again and rethrows its error.
+      await moduleRef.close().catch(() => undefined);
     }
   });
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Injectable, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { lastValueFrom, type Observable } from 'rxjs';
 import { IdempotencyConfigurationError, IdempotencyErrorCode, isIdempotencyError } from '../../core/errors.js';
@@ -39,7 +39,9 @@ const SYMBOL_PREFIX = 'Symbol.for(';
  * this.outbox.emit('EVENTS', 'refund.completed', { refundId });
  */
 @Injectable()
-export class IdempotencyOutbox implements OnApplicationBootstrap, OnApplicationShutdown {
+// No `implements OnApplicationBootstrap, OnApplicationShutdown`: the hooks are @internal, so
+// the published types leave them out, and the declaration would not compile against them.
+export class IdempotencyOutbox {
   private readonly relays = new Map<IdempotencyStore, OutboxRelay>();
   private readonly clients = new Map<string, { client: EmittingClient; wrap?: Promise<RecordWrap> }>();
   private readonly relayOptions: OutboxRelayOptions;
