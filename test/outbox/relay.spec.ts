@@ -8,19 +8,13 @@ import {
 import { stageOutboxMessage } from '../../lib/core/outbox.js';
 import { OutboxRelay, type OutboxRelayOptions } from '../../lib/core/outbox-relay.js';
 import type { IdempotencyOutboxStore, OutboxMessage } from '../../lib/core/outbox-store.js';
+import { waitFor } from '../messages/support.js';
 
 /**
  * The outbox's core on the memory store (issue 44): a message staged inside an execution
  * leaves only after its record completed, in order, once per relay claim; a failed handler
  * and a replay send nothing; two relays never send one message at once.
  */
-async function waitFor(what: string, condition: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 class Sent {
   readonly messages: OutboxMessage[] = [];
@@ -109,7 +103,7 @@ describe('the outbox on the memory store', () => {
     );
     const ids = await refund('r1');
     expect(backlogInside).toBe(0);
-    await waitFor('three messages', () => sent.messages.length === 3);
+    await waitFor('three messages', () => sent.messages.length === 3, 5_000);
     expect(sent.tags()).toEqual(['r1:1', 'r1:2', 'r1:3']);
     expect(sent.messages.map((message) => message.id)).toEqual(ids);
     expect(new Set(ids).size).toBe(3);
@@ -135,7 +129,7 @@ describe('the outbox on the memory store', () => {
     await refund('once', false); // a replay: the handler does not run
     // A later execution's message: the relay sends in staging order, so all before it are out.
     await refund('sentinel', false);
-    await waitFor('the sentinel', () => sent.tags().includes('sentinel'));
+    await waitFor('the sentinel', () => sent.tags().includes('sentinel'), 5_000);
     expect(sent.tags()).toEqual(['once', 'sentinel']);
   });
 
@@ -153,7 +147,7 @@ describe('the outbox on the memory store', () => {
       { store, key: () => 'k', scope: 'ordered' },
     );
     await run();
-    await waitFor('a, b and c', () => sent.messages.length === 3);
+    await waitFor('a, b and c', () => sent.messages.length === 3, 5_000);
     expect(sent.tags()).toEqual(['a', 'b', 'c']);
     const tries = sent.attempts.filter((message) => (message.data as { tag: string }).tag === 'b');
     expect(tries).toHaveLength(4);
@@ -192,7 +186,7 @@ describe('the outbox on the memory store', () => {
     );
     await Promise.all(Array.from({ length: 40 }, (_, n) => run(n)));
     const all = (): string[] => byRelay.flatMap((sent) => sent.tags());
-    await waitFor('80 messages', () => all().length === 80);
+    await waitFor('80 messages', () => all().length === 80, 5_000);
     expect(overlaps).toEqual([]);
     expect(new Set(all()).size).toBe(80);
     for (const sent of byRelay) {
@@ -217,7 +211,7 @@ describe('the outbox on the memory store', () => {
     const diedAt = Date.now();
     const sent = new Sent();
     relayOn(store, sent);
-    await waitFor('the orphan', () => sent.messages.length === 1);
+    await waitFor('the orphan', () => sent.messages.length === 1, 5_000);
     expect(Date.now() - diedAt).toBeGreaterThanOrEqual(250);
     expect(await store.settleOutbox(claimed!.id, 'dead', { next: 1 })).toBe(false);
   });

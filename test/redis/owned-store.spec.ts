@@ -5,6 +5,7 @@ import request from 'supertest';
 import { IdempotencyConfigurationError, IdempotencyModule, Idempotent } from '../../lib/index.js';
 import { createRedisIdempotencyStore, RedisIdempotencyStore } from '../../lib/redis/index.js';
 import { freePort } from '../support/redis-servers.js';
+import { waitFor } from '../messages/support.js';
 
 /**
  * Issue 43: the owned-client path of the Redis store. `createRedisIdempotencyStore({ url })`
@@ -20,13 +21,6 @@ class PaymentsController {
   @Idempotent()
   create() {
     return { id: `pay_${++runs}` };
-  }
-}
-
-/** Resolves once `done()` holds; fails the test after 5 s. */
-async function until(done: () => boolean): Promise<void> {
-  for (const deadline = Date.now() + 5_000; !done(); await new Promise((resolve) => setTimeout(resolve, 20))) {
-    if (Date.now() > deadline) throw new Error('not within 5 s');
   }
 }
 
@@ -67,7 +61,7 @@ describe('createRedisIdempotencyStore: a store that owns its client', () => {
     expect(retry.body).toEqual(first.body);
     expect(retry.headers['idempotent-replayed']).toBe('true');
     await app.close();
-    await until(() => client.status === 'end');
+    await waitFor('the owned client to end', () => client.status === 'end', 5_000);
   });
 
   it('waits for Redis at boot: a server that is not there stops app.init() after readyTimeout, and the client is ended', async () => {
