@@ -64,7 +64,9 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
  *   e  leaseExpiresAt or expiresAt, epoch ms from the Redis server clock
  *   f  fingerprint (optional)
  *   r  serialized result (completed only)
- *   x  the token of a claim released before it arrived (RELEASE on an absent record)
+ *   x:<token>  a claim released before it arrived (RELEASE on an absent record), one
+ *      field per token: a key can hold several claims undone at once (duplicates from
+ *      one or more processes during an outage), and any of them may still arrive late
  * Each script touches that one key, so every primitive is one atomic round trip and
  * every script stays within one Cluster hash slot.
  */
@@ -74,7 +76,8 @@ const CLAIM = new LuaScript(
   'claim',
   `${LUA_NOW_MS}
 local existing = redis.call('HMGET', KEYS[1], ${FIELDS}, 'x')
-if existing[6] == ARGV[1] then
+-- 'x' holds the one marker 0.6 wrote: read during a rolling upgrade.
+if existing[6] == ARGV[1] or redis.call('HEXISTS', KEYS[1], 'x:' .. ARGV[1]) == 1 then
   -- This claim's caller was told it failed and has undone it already (RELEASE left the
   -- marker): it arrives late (held in a socket, resent after a reconnection), for nobody.
   return {0, 'p', ARGV[1], '0'}
@@ -112,22 +115,25 @@ return 1
 `,
 );
 
-// A release leaves the marker 'x' (its token, for RELEASED_MARKER_MS) in place of the
+// A release leaves the marker 'x:<token>' (for RELEASED_MARKER_MS) in place of the
 // record: the claim it undoes may still arrive after it (a command held in a socket the
 // client dropped, or resent by the client after it reconnected, on another connection
-// than the release), and must then lock nothing.
+// than the release), and must then lock nothing. One field per token, and the record's
+// own fields removed rather than the key: the markers of the other claims undone on
+// that key stay (one shared marker was overwritten by the next release, and the late
+// claim it had undone then locked the key for a lease nobody owned).
 const RELEASED_MARKER_MS = 300_000;
 const RELEASE = new LuaScript(
   'release',
   `local lease = redis.call('HMGET', KEYS[1], 's', 't')
 local released = 0
 if lease[1] == 'p' and lease[2] == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('HDEL', KEYS[1], ${FIELDS})
   released = 1
 elseif lease[1] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'x', ARGV[1])
+redis.call('HSET', KEYS[1], 'x:' .. ARGV[1], '1')
 redis.call('PEXPIRE', KEYS[1], ${RELEASED_MARKER_MS})
 return released
 `,

@@ -38,4 +38,31 @@ describe('RedisIdempotencyStore: a claim that arrives after its own release', ()
     expect(await store.delete(key)).toBe(false);
     expect((await store.claim(key, { token: 'b', leaseTtl: 30_000 })).claimed).toBe(true);
   });
+
+  // Duplicates of one key during an outage: each failed claim is undone by its own
+  // release, in any order with the others, and any of them may still arrive late.
+  // One shared marker was overwritten by the next release, and the late claim it had
+  // undone then locked the key for a lease nobody owned (Redis Cluster fault run, CI).
+  it('locks nothing when several claims of one key were undone, whichever release came last', async () => {
+    const key = randomUUID();
+    expect(await store.release(key, 'a')).toBe(false);
+    expect(await store.release(key, 'b')).toBe(false);
+    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(false);
+    expect((await store.claim(key, { token: 'b', leaseTtl: 30_000 })).claimed).toBe(false);
+    expect(await store.get(key)).toBeUndefined();
+    expect((await store.claim(key, { token: 'retry', leaseTtl: 30_000 })).claimed).toBe(true);
+  });
+
+  it('keeps the marker of an earlier undone claim when a later one is released from its own lease', async () => {
+    const key = randomUUID();
+    // b's claim ran first and b's release freed it; a's claim (a duplicate) is still on its way.
+    expect(await store.release(key, 'a')).toBe(false);
+    expect((await store.claim(key, { token: 'b', leaseTtl: 30_000 })).claimed).toBe(true);
+    expect(await store.release(key, 'b')).toBe(true);
+    expect((await store.claim(key, { token: 'a', leaseTtl: 30_000 })).claimed).toBe(false);
+    expect((await store.claim(key, { token: 'b', leaseTtl: 30_000 })).claimed).toBe(false);
+    expect(await store.get(key)).toBeUndefined();
+    const retry = await store.claim(key, { token: 'retry', leaseTtl: 30_000 });
+    expect(retry).toMatchObject({ claimed: true, record: { status: 'in_progress', leaseToken: 'retry' } });
+  });
 });

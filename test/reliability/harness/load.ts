@@ -155,7 +155,8 @@ export class LoadDriver {
  * another body won the key; for a `mismatch` plan a 422 hands over to the other body's
  * client, which retries until its own success (its claim may have failed with the
  * fault and left the key to be taken again). Keys left leased by a crashed process
- * settle once their lease expires. Returns the keys that did not settle before the deadline.
+ * settle once their lease expires. Returns the keys that did not settle before the deadline,
+ * each with its last answer.
  */
 export async function settleAll(
   client: HarnessClient,
@@ -178,7 +179,8 @@ export async function settleAll(
           payload = payload === plan.payload ? plan.otherPayload : plan.payload;
         }
         if (Date.now() > deadline) {
-          unsettled.push(plan.key);
+          // The last answer says why (409: a lease nobody released; 503: the store still down).
+          unsettled.push(`${plan.key} (last ${String(outcome.status)})`);
           break;
         }
         await new Promise((resolve) => setTimeout(resolve, options.retryDelayMs ?? 200));
