@@ -98,4 +98,6 @@ export interface IdempotencyOutboxStore {
   purgeOutbox?(retention: number, limit: number): Promise<number>;
   /** False where this store cannot stage messages (a SQL dialect without an outbox yet): `emit()` is refused. @default true */
   readonly outboxAvailable?: boolean;
+  /** Where `outboxAvailable` is false: why, and what to do instead, which `emit()`'s refusal says. */
+  readonly outboxUnavailable?: { readonly reason: string; readonly hint: string };
 }

@@ -61,9 +61,11 @@ export function stageOutboxMessage(
   }
   const store = slot.outboxHost ? slot.outboxHost.store : slot.host!.policy.store;
   if (!slot.outboxHost && !supportsOutbox(store!)) {
+    const unavailable = (store as Partial<IdempotencyOutboxStore>).outboxUnavailable;
     throw new IdempotencyConfigurationError(
-      `IdempotencyOutbox.emit(${client}, ${describePattern(pattern)}) runs on a store without an outbox (${store!.constructor?.name ?? 'custom store'}).`,
-      'Use a built-in store with an outbox (MemoryIdempotencyStore, TypeOrmIdempotencyStore), or implement IdempotencyOutboxStore.',
+      `IdempotencyOutbox.emit(${client}, ${describePattern(pattern)}) runs on a store without an outbox (${store!.constructor?.name ?? 'custom store'}${unavailable ? `: ${unavailable.reason}` : ''}).`,
+      unavailable?.hint ??
+        'Use a built-in store with an outbox (MemoryIdempotencyStore, TypeOrmIdempotencyStore), or implement IdempotencyOutboxStore.',
     );
   }
   const draft = (host.outbox ??= { id: outboxIdOf(host.key, host.token), messages: [] });

@@ -165,6 +165,22 @@ export class RedisScriptRunner {
     });
   }
 
+  /**
+   * Runs `script` on several keys (the outbox's completion: the record and the outbox's
+   * keys), all declared so that the client's `keyPrefix` applies to each. One Redis node
+   * only: a Cluster refuses keys of different slots.
+   */
+  runOnKeys(script: LuaScript, keys: readonly [string, ...string[]], args: readonly RedisArgument[]): Promise<unknown> {
+    const rest = [...keys.slice(1), ...args];
+    const deadlines = this.deadlines;
+    if (!deadlines) return this.send(script, keys[0], rest, undefined, keys.length);
+    this.watchdog?.check();
+    return new Promise((resolve, reject) => {
+      const call: PendingCall = { dueAt: 0, operation: script.name, timedOut: false, reject };
+      this.watchCall(deadlines, call, this.send(script, keys[0], rest, call, keys.length), resolve, reject);
+    });
+  }
+
   ping(): Promise<void> {
     let pong: Promise<void>;
     try {
@@ -216,34 +232,47 @@ export class RedisScriptRunner {
     this.watchdog?.timedOut(call.dueAt - this.timeout);
   }
 
-  private send(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
+  /** `numkeys`: `key` and the first `numkeys - 1` of `args` are the script's keys. */
+  private send(
+    script: LuaScript,
+    key: string,
+    args: readonly RedisArgument[],
+    call: PendingCall | undefined,
+    numkeys = 1,
+  ): Promise<unknown> {
     try {
-      return this.sendScript(script, key, args, call);
+      return this.sendScript(script, key, args, call, numkeys);
     } catch (error) {
       // A client that throws instead of rejecting (a closed one, a test double) still fails the call.
       return Promise.reject(error);
     }
   }
 
-  private sendScript(script: LuaScript, key: string, args: readonly RedisArgument[], call: PendingCall | undefined): Promise<unknown> {
+  private sendScript(
+    script: LuaScript,
+    key: string,
+    args: readonly RedisArgument[],
+    call: PendingCall | undefined,
+    numkeys: number,
+  ): Promise<unknown> {
     if (!this.sent.has(script)) {
       // Marked before the reply: commands on one connection run in order, so calls
       // issued meanwhile find the script cached (or fall back on NOSCRIPT elsewhere).
       this.sent.add(script);
-      return this.client.eval(script.source, 1, key, ...args).catch((error: unknown) => {
+      return this.client.eval(script.source, numkeys, key, ...args).catch((error: unknown) => {
         this.sent.delete(script);
         throw error;
       });
     }
     // No async function here: this runs on every request, and the steady state is one
     // EVALSHA whose promise is returned as it is.
-    return this.client.evalsha(script.sha, 1, key, ...args).catch((error: unknown) => {
+    return this.client.evalsha(script.sha, numkeys, key, ...args).catch((error: unknown) => {
       if (!isNoScript(error)) throw error;
       // Once the caller was told this call failed, it may have sent a command that undoes
       // it (a release after a failed claim); sent now, the fallback would run after that
       // undo and take effect for nobody.
       if (call?.timedOut) throw error;
-      return this.client.eval(script.source, 1, key, ...args);
+      return this.client.eval(script.source, numkeys, key, ...args);
     });
   }
 }

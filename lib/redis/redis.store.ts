@@ -9,8 +9,6 @@ import { awaitReady } from './redis-ready.js';
 import { NearCache, type PendingRead } from './near-cache.js';
 import {
   DEFAULT_REDIS_READY_TIMEOUT,
-  LUA_NOW_MS,
-  LuaScript,
   RedisScriptRunner,
   asString,
   isAbsent,
@@ -18,6 +16,9 @@ import {
   type RedisCallOptions,
   type RedisClientLike,
 } from './redis-client.js';
+import { CLAIM, COMPLETE, GET, RELEASE, RENEW } from './redis-record-scripts.js';
+import { outboxUnavailableError, resolveRedisOutbox, RedisOutbox, type RedisOutboxUnavailable } from './redis-outbox.js';
+import type { ClaimedOutbox, IdempotencyOutboxStore, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 import { checkWholeNumber } from '../core/options.js';
 import { RateLimitedLog } from '../observability/rate-limited-log.js';
 import { StoreEventListeners } from '../core/store-events.js';
@@ -53,104 +54,17 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
    * @default 10000
    */
   readyTimeout?: number;
+  /**
+   * The transactional outbox (`IdempotencyOutbox`, docs/outbox.md): the messages an
+   * execution staged are written by the script that completes its record (keys
+   * `<prefix>outbox:*`), and a relay in every instance sends them. Needs one Redis node
+   * for the record and the outbox: a Cluster client has none, and `true` with one is
+   * refused when the store is created. `false` turns it off (no relay polls this store,
+   * `emit()` on it is refused).
+   * @default true with a standalone or Sentinel client, false with a Cluster client
+   */
+  outbox?: boolean;
 }
-
-/*
- * One record = one Redis hash, whose Redis expiry is the lease while in progress and
- * the retention once completed, so Redis itself forgets expired leases and results:
- *   s  status: 'p' (in progress) or 'c' (completed)
- *   t  lease token; kept once completed, so that a repeated complete under it is told
- *      apart from a lost lease
- *   e  leaseExpiresAt or expiresAt, epoch ms from the Redis server clock
- *   f  fingerprint (optional)
- *   r  serialized result (completed only)
- *   x:<token>  a claim released before it arrived (RELEASE on an absent record), one
- *      field per token: a key can hold several claims undone at once (duplicates from
- *      one or more processes during an outage), and any of them may still arrive late
- * Each script touches that one key, so every primitive is one atomic round trip and
- * every script stays within one Cluster hash slot.
- */
-const FIELDS = `'s', 't', 'e', 'f', 'r'`;
-
-const CLAIM = new LuaScript(
-  'claim',
-  `${LUA_NOW_MS}
-local existing = redis.call('HMGET', KEYS[1], ${FIELDS}, 'x')
--- 'x' holds the one marker 0.6 wrote: read during a rolling upgrade.
-if existing[6] == ARGV[1] or redis.call('HEXISTS', KEYS[1], 'x:' .. ARGV[1]) == 1 then
-  -- This claim's caller was told it failed and has undone it already (RELEASE left the
-  -- marker): it arrives late (held in a socket, resent after a reconnection), for nobody.
-  return {0, 'p', ARGV[1], '0'}
-end
-if existing[1] == 'p' and existing[2] == ARGV[1] then
-  -- This very claim, sent again (the client resent it after its reply was lost): it is ours.
-  return {1, existing[3]}
-end
-if existing[1] then
-  return {0, existing[1], existing[2], existing[3], existing[4], existing[5]}
-end
-local expires = ms_string(now_ms() + tonumber(ARGV[2]))
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'e', expires, 'f', ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 's', 'p', 't', ARGV[1], 'e', expires)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, expires}
-`,
-);
-
-// Idempotent per token: a repeat whose first reply was lost answers 1 again and leaves
-// the stored result as it is.
-const COMPLETE = new LuaScript(
-  'complete',
-  `${LUA_NOW_MS}
-local lease = redis.call('HMGET', KEYS[1], 's', 't')
-if lease[2] ~= ARGV[1] then return 0 end
-if lease[1] == 'c' then return 1 end
-if lease[1] ~= 'p' then return 0 end
-redis.call('HSET', KEYS[1], 's', 'c', 'r', ARGV[2], 'e', ms_string(now_ms() + tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-`,
-);
-
-// A release leaves the marker 'x:<token>' (for RELEASED_MARKER_MS) in place of the
-// record: the claim it undoes may still arrive after it (a command held in a socket the
-// client dropped, or resent by the client after it reconnected, on another connection
-// than the release), and must then lock nothing. One field per token, and the record's
-// own fields removed rather than the key: the markers of the other claims undone on
-// that key stay (one shared marker was overwritten by the next release, and the late
-// claim it had undone then locked the key for a lease nobody owned).
-const RELEASED_MARKER_MS = 300_000;
-const RELEASE = new LuaScript(
-  'release',
-  `local lease = redis.call('HMGET', KEYS[1], 's', 't')
-local released = 0
-if lease[1] == 'p' and lease[2] == ARGV[1] then
-  redis.call('HDEL', KEYS[1], ${FIELDS})
-  released = 1
-elseif lease[1] then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'x:' .. ARGV[1], '1')
-redis.call('PEXPIRE', KEYS[1], ${RELEASED_MARKER_MS})
-return released
-`,
-);
-
-const RENEW = new LuaScript(
-  'renew',
-  `${LUA_NOW_MS}
-local lease = redis.call('HMGET', KEYS[1], 's', 't')
-if lease[1] ~= 'p' or lease[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'e', ms_string(now_ms() + tonumber(ARGV[2])))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`,
-);
-
-const GET = new LuaScript('get', `return redis.call('HMGET', KEYS[1], ${FIELDS})`);
 
 /**
  * An `IdempotencyStore` on Redis through ioredis (5 or 6), standalone or Cluster.
@@ -165,13 +79,15 @@ const GET = new LuaScript('get', `return redis.call('HMGET', KEYS[1], ${FIELDS})
  * const redis = new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 1000 });
  * IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redis, { prefix: 'orders-api:idem:' }) });
  */
-export class RedisIdempotencyStore implements IdempotencyStore {
+export class RedisIdempotencyStore implements IdempotencyStore, IdempotencyOutboxStore {
   readonly prefix: string;
   private readonly scripts: RedisScriptRunner;
   private readonly nearCache: NearCache | undefined;
   private readonly listeners = new StoreEventListeners();
   private fallbackLog: RateLimitedLog | undefined;
   private readonly readyTimeout: number;
+  /** The outbox (redis-outbox.ts), or why this store has none. */
+  private readonly outbox: RedisOutbox | RedisOutboxUnavailable;
 
   constructor(client: RedisClientLike | NodeRedisClientLike, options: RedisIdempotencyStoreOptions = {}) {
     this.scripts = new RedisScriptRunner(client, options, 'RedisIdempotencyStore');
@@ -180,6 +96,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.prefix = options.prefix ?? 'idempotency:';
     checkWholeNumber('RedisIdempotencyStore', 'readyTimeout', options.readyTimeout, { unit: 'ms', min: 0, example: '10_000' });
     this.readyTimeout = options.readyTimeout ?? DEFAULT_REDIS_READY_TIMEOUT;
+    this.outbox = resolveRedisOutbox(options.outbox, this.scripts, this.prefix);
     const nearCache = resolveNearCacheOptions(options.nearCache, adapted);
     this.nearCache =
       nearCache &&
@@ -258,7 +175,44 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async complete(key: string, token: string, request: CompleteRequest): Promise<boolean> {
     const ttl = wholeMs(request.ttl, 'ttl', 'RedisIdempotencyStore.complete');
+    if (request.outbox) return this.outboxOrThrow().completeAndStage(this.redisKey(key), token, request.result, ttl, request.outbox);
     return Number(await this.scripts.run(COMPLETE, this.redisKey(key), [token, request.result, ttl])) === 1;
+  }
+
+  /** Outbox (`IdempotencyOutbox`): claims due executions for a relay, earliest first, during `claimTtl`. */
+  async claimOutbox(request: OutboxClaimRequest): Promise<readonly ClaimedOutbox[]> {
+    return this.outboxOrThrow().claim(request);
+  }
+
+  /** Outbox: records what a relay sent of a claimed execution and ends its claim. */
+  async settleOutbox(id: string, owner: string, settlement: OutboxSettlement): Promise<boolean> {
+    return this.outboxOrThrow().settle(id, owner, settlement);
+  }
+
+  /** Outbox: what waits to be sent. */
+  async outboxBacklog(): Promise<OutboxBacklog> {
+    return this.outboxOrThrow().backlog();
+  }
+
+  /** Outbox: deletes up to `limit` executions sent more than `retention` ms ago (the relays call it). */
+  async purgeOutbox(retention: number, limit: number): Promise<number> {
+    return this.outboxOrThrow().purgeSent(retention, limit);
+  }
+
+  /** Outbox: false with a Cluster client or `outbox: false` (`emit()` is refused, saying why). */
+  get outboxAvailable(): boolean {
+    return this.outbox instanceof RedisOutbox;
+  }
+
+  /** Outbox: why this store has none (`emit()`'s refusal says it); undefined when it has one. */
+  get outboxUnavailable(): RedisOutboxUnavailable | undefined {
+    return this.outbox instanceof RedisOutbox ? undefined : this.outbox;
+  }
+
+  /** The outbox; a configuration error (not an outage) on a store without one, never a message silently dropped. */
+  private outboxOrThrow(): RedisOutbox {
+    if (this.outbox instanceof RedisOutbox) return this.outbox;
+    throw outboxUnavailableError(this.outbox);
   }
 
   async release(key: string, token: string): Promise<boolean> {
