@@ -206,7 +206,9 @@ describe('step() and stepKey()', () => {
   it('fencing: a worker whose lease was taken over cannot record a step nor overwrite the new owner, and its next step() fails before running', async () => {
     const engine = new IdempotencyEngine();
     const policy = {
-      ...resolvePolicy('zombie', { leaseTtl: 60, ttl: 60_000 }, { store }),
+      // A lease long enough that a loaded machine still records step 'one' under it (60 ms
+      // did not, beside other work), short enough that the pause below outlasts it.
+      ...resolvePolicy('zombie', { leaseTtl: 300, ttl: 60_000 }, { store }),
       onEvent: (event: IdempotencyEvent) => events.push(event),
     };
     const request = { key: 'k-zombie', fingerprint: 'f' };
@@ -215,7 +217,7 @@ describe('step() and stepKey()', () => {
       await step('one', () => 1);
       const lost = await step('two', async () => {
         // A pause longer than the lease (a GC, a blocked loop): no renewal runs, the lease runs out...
-        const until = Date.now() + 150;
+        const until = Date.now() + 350;
         while (Date.now() < until);
         // ...and another worker claims the key before this one wakes up.
         const takeover = await store.claim(request.key, { token: 'new-owner', leaseTtl: 60_000, fingerprint: 'f' });
