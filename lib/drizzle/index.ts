@@ -20,7 +20,8 @@ export {
 } from './idempotent-transaction.js';
 export { getIdempotentTransaction, findIdempotentTransaction, type DrizzleTransactionOf } from './transaction-context.js';
 
-// The tables, for your Drizzle schema (drizzle-kit generates them with your own tables).
+// Every table of the store, for your Drizzle schema (drizzle-kit generates them with your own
+// tables); idempotencyRecords*/idempotencySteps* are deprecated (one table each).
 export { idempotencyPgTables, idempotencyRecordsPg, idempotencyStepsPg } from './pg-tables.js';
 export { idempotencyMysqlTables, idempotencyRecordsMysql, idempotencyStepsMysql } from './mysql-tables.js';
 

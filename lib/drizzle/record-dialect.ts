@@ -8,10 +8,9 @@ import { DEFAULT_RECORDS_TABLE, parseTableName } from './table-name.js';
 /** How a Drizzle user creates the records table, or replaces a foreign one (the hints of a configuration error). */
 export const DRIZZLE_TABLE_FIXES: TableFixes = {
   missingTable: (name) =>
-    `Create it before the application serves requests: export its table definitions from your Drizzle schema ` +
-    `(idempotencyPgTables('${name}') or idempotencyMysqlTables('${name}') from 'nestjs-idempotency/drizzle'; for the default name ` +
-    `idempotencyRecordsPg and idempotencyStepsPg, or the Mysql ones) and run drizzle-kit generate and migrate (or push), ` +
-    `or call store.ensureTable() at startup.`,
+    `Create it before the application serves requests: export every table of idempotencyPgTables('${name}') ` +
+    `(or idempotencyMysqlTables('${name}')) from your Drizzle schema (docs/drizzle.md, "The tables") and run drizzle-kit ` +
+    `generate and migrate (or push), or call store.ensureTable() at startup.`,
   missingColumn:
     `It was not created by this library: drop or rename it and create it from the table definitions of 'nestjs-idempotency/drizzle' ` +
     `(drizzle-kit) or with store.ensureTable(), or point the store's tableName option at another table.`,
@@ -19,8 +18,8 @@ export const DRIZZLE_TABLE_FIXES: TableFixes = {
 
 /** How a Drizzle user creates the steps table beside the records table. */
 export const DRIZZLE_STEPS_FIX =
-  'Create it: export the steps table definition (idempotencyStepsPg / idempotencyStepsMysql, or the steps of idempotencyPgTables(name)) ' +
-  'from your Drizzle schema and run drizzle-kit generate and migrate, or call store.ensureTable().';
+  'Create it: export every table of idempotencyPgTables() (or idempotencyMysqlTables()) from your Drizzle schema, steps included, ' +
+  'and run drizzle-kit generate and migrate, or call store.ensureTable().';
 
 const dialects = new WeakMap<DrizzleSqlDatabase, Map<string, SqlDialect>>();
 

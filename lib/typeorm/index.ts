@@ -16,7 +16,26 @@ export {
   type IdempotentTransactionResult,
 } from './store/idempotent-transaction.js';
 export type { IdempotentIsolationLevel, TransactionTuning } from './store/transaction.js';
-export { getIdempotentEntityManager, findIdempotentEntityManager } from './store/transaction-context.js';
+export {
+  getIdempotentTransaction,
+  findIdempotentTransaction,
+  // Deprecated: the same functions under the TypeORM-only name.
+  getIdempotentEntityManager,
+  findIdempotentEntityManager,
+} from './store/transaction-context.js';
+// The tables: one entities array and one migration for whatever tables the installed version needs.
+export {
+  idempotencyEntities,
+  createIdempotencyEntities,
+  type IdempotencyEntityClass,
+  type IdempotencyEntitiesOptions,
+} from './store/entities.js';
+export {
+  CreateIdempotencyTables1700000000000,
+  createIdempotencyTablesMigration,
+  type IdempotencyTablesMigrationOptions,
+} from './store/tables-migration.js';
+// Deprecated: one entity or migration per table (a new table needed a change to the application).
 export { IdempotencyRecordEntity, createIdempotencyRecordEntity, type IdempotencyRecordEntityClass } from './store/record.entity.js';
 export { IdempotencyStepEntity, createIdempotencyStepEntity, type IdempotencyStepRow } from './store/step.entity.js';
 export {
@@ -41,8 +60,8 @@ export {
   type EntityId,
 } from './patterns/optimistic-lock.js';
 export {
-  insertOrGetExisting,
   insertOrGet,
+  insertOrGetExisting, // deprecated: insertOrGet(...).entity
   idemKeyIndexNameOf,
   type InsertOrGetOptions,
   type InsertOrGetResult,

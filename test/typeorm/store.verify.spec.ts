@@ -39,9 +39,9 @@ async function expectMissingTable(operation: Promise<unknown>, table: string): P
   expect(error).toBeInstanceOf(IdempotencyConfigurationError);
   const problem = error as IdempotencyConfigurationError;
   expect(problem.message).toContain(`${table} does not exist`);
-  expect(problem.hint).toMatch(/CreateIdempotencyRecords1700000000000/);
+  expect(problem.hint).toMatch(/CreateIdempotencyTables1700000000000/);
   expect(problem.hint).toMatch(/ensureTable\(\)/);
-  expect(problem.hint).toMatch(/IdempotencyRecordEntity/);
+  expect(problem.hint).toMatch(/idempotencyEntities/);
   expect(problem.cause).toBeDefined();
   return problem;
 }
@@ -85,7 +85,7 @@ describe('TypeOrmIdempotencyStore setup checks on PostgreSQL', () => {
     const tableName = uniqueName('absent');
     const store = new TypeOrmIdempotencyStore(dataSource, { tableName });
     const problem = await expectMissingTable(store.verify(), `"${db.schema}"."${tableName}"`);
-    expect(problem.hint).toContain(`createIdempotencyRecordsMigration('${db.schema}.${tableName}')`);
+    expect(problem.hint).toContain(`createIdempotencyTablesMigration({ tableName: '${db.schema}.${tableName}' })`);
     expect((problem.cause as { driverError?: { code?: string } }).driverError?.code).toBe('42P01');
     await store.ensureTable();
     await expect(store.verify()).resolves.toBeUndefined();

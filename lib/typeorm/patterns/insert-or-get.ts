@@ -52,7 +52,7 @@ export async function insertOrGet<T extends ObjectLiteral>(
   const keyValue = (values as Record<string, unknown>)[by];
   if (keyValue === undefined || keyValue === null) {
     throw new IdempotencyConfigurationError(
-      `insertOrGetExisting: the values for ${metadata.name} lack '${by}'.`,
+      `insertOrGet: the values for ${metadata.name} lack '${by}'.`,
       `Set ${by} to the operation's idempotency key.`,
     );
   }
@@ -111,8 +111,8 @@ export async function insertOrGet<T extends ObjectLiteral>(
  * Inserts a row, or returns the existing one with the same `idemKey` instead of throwing
  * on the duplicate (see `insertOrGet`, which also tells which happened).
  *
- * @example
- * const refund = await insertOrGetExisting(manager, RefundRecord, { idemKey: message.id, amount: 10 });
+ * @deprecated use `insertOrGet(...)`, whose `entity` is this row (and `created` tells whether
+ * this call inserted it): `const { entity } = await insertOrGet(manager, RefundRecord, values)`.
  */
 export async function insertOrGetExisting<T extends ObjectLiteral>(
   manager: EntityManager,

@@ -7,7 +7,8 @@ import { defaultSchemaOf, dropRecordsTableDdl, recordsTableDdl } from './dialect
 import { DEFAULT_RECORDS_TABLE, parseTableName } from '../../sql/dialects/records-table.js';
 import { stepStatements } from '../../sql/dialects/steps-table.js';
 
-async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
+/** @internal The records table and its steps table (idempotent). */
+export async function createRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
   const dialect = dialectOf(dataSource); // refuses unsupported drivers with a clear message
   for (const sql of recordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialect)) await runner.query(sql);
@@ -29,7 +30,8 @@ async function dropStepsTable(runner: QueryRunner, tableName: string): Promise<v
   }
 }
 
-async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
+/** @internal Drops the steps table, then the records table. */
+export async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise<void> {
   const dataSource = dataSourceOf(runner);
   await dropStepsTable(runner, tableName);
   for (const sql of dropRecordsTableDdl(parseTableName(tableName, defaultSchemaOf(dataSource)), dialectOf(dataSource)))
@@ -39,6 +41,9 @@ async function dropRecordsTable(runner: QueryRunner, tableName: string): Promise
 /**
  * Creates the default `idempotency_records` table (PostgreSQL, MySQL / MariaDB or SQLite). Add it to your
  * DataSource's `migrations`. Safe to run on a database that already has the table.
+ *
+ * @deprecated use `CreateIdempotencyTables1700000000000`, which also creates the outbox table
+ * (and whatever table a later version needs). Keep this one in `migrations` where it already ran.
  */
 export class CreateIdempotencyRecords1700000000000 implements MigrationInterface {
   name = 'CreateIdempotencyRecords1700000000000';
@@ -52,7 +57,7 @@ export class CreateIdempotencyRecords1700000000000 implements MigrationInterface
   }
 }
 
-/** Options of `createIdempotencyRecordsMigration`. */
+/** Options of `createIdempotencyRecordsMigration` (deprecated; see `IdempotencyTablesMigrationOptions`). */
 export interface IdempotencyRecordsMigrationOptions {
   /**
    * Timestamp TypeORM orders migrations by (13 digits, epoch ms).
@@ -66,6 +71,8 @@ export interface IdempotencyRecordsMigrationOptions {
  *
  * @example
  * migrations: [createIdempotencyRecordsMigration('billing.idempotency_records', { timestamp: 1735000000000 })]
+ *
+ * @deprecated use `createIdempotencyTablesMigration({ tableName, timestamp })`, which creates every missing table of that name.
  */
 export function createIdempotencyRecordsMigration(
   tableName: string,
@@ -97,6 +104,9 @@ export function createIdempotencyRecordsMigration(
  * `idempotency_records` table created by 0.4 or 0.5: add it to your DataSource's
  * `migrations` when upgrading. Safe to run where the table exists (a fresh database gets it
  * from `CreateIdempotencyRecords1700000000000` already).
+ *
+ * @deprecated use `CreateIdempotencyTables1700000000000`, which creates every missing table
+ * (records, steps, outbox). Keep this one in `migrations` where it already ran.
  */
 export class AddIdempotencySteps1720000000000 implements MigrationInterface {
   name = 'AddIdempotencySteps1720000000000';
@@ -115,6 +125,8 @@ export class AddIdempotencySteps1720000000000 implements MigrationInterface {
  *
  * @example
  * migrations: [createIdempotencyStepsMigration('billing.idempotency_records', { timestamp: 1760000000000 })]
+ *
+ * @deprecated use `createIdempotencyTablesMigration({ tableName, timestamp })`, which creates every missing table of that name.
  */
 export function createIdempotencyStepsMigration(
   tableName: string,

@@ -8,12 +8,21 @@ import { dataSourceOf } from '../internals.js';
 import type { IdempotencyRecordsMigrationOptions } from './migration.js';
 import { defaultSchemaOf } from './dialects/registry.js';
 
-/** The outbox table's DDL (`create`) or its drop, for the records table `tableName` of the runner's database. */
-async function runOutboxDdl(runner: QueryRunner, tableName: string, what: 'createTable' | 'dropTable'): Promise<void> {
+/**
+ * @internal The outbox table's DDL (`create`) or its drop, for the records table `tableName` of
+ * the runner's database; `'if-supported'` skips a database with no outbox (SQLite) instead of refusing it.
+ */
+export async function runOutboxDdl(
+  runner: QueryRunner,
+  tableName: string,
+  what: 'createTable' | 'dropTable',
+  where: 'required' | 'if-supported' = 'required',
+): Promise<void> {
   const dataSource = dataSourceOf(runner);
   const dialect = dialectOf(dataSource);
   const statements = outboxStatements(dialect, parseTableName(tableName, defaultSchemaOf(dataSource)));
   if (!statements) {
+    if (where === 'if-supported') return;
     throw new IdempotencyConfigurationError(
       `The outbox table has no DDL for ${dialect} yet.`,
       'Use PostgreSQL, MySQL or MariaDB for the outbox (IdempotencyOutbox), or leave this migration out.',
@@ -26,6 +35,10 @@ async function runOutboxDdl(runner: QueryRunner, tableName: string, what: 'creat
  * Creates `idempotency_records_outbox`, the table of the messages `IdempotencyOutbox.emit()`
  * stages (PostgreSQL, MySQL, MariaDB): add it after the records migration when handlers use the outbox.
  * `down` drops it. See docs/outbox.md.
+ *
+ * @deprecated use `CreateIdempotencyTables1700000000000` (or, where it already ran,
+ * `createIdempotencyTablesMigration({ timestamp })`), which creates every missing table. Keep
+ * this one in `migrations` where it already ran.
  */
 export class AddIdempotencyOutbox1730000000000 implements MigrationInterface {
   name = 'AddIdempotencyOutbox1730000000000';
@@ -45,6 +58,8 @@ export class AddIdempotencyOutbox1730000000000 implements MigrationInterface {
  *
  * @example
  * migrations: [createIdempotencyOutboxMigration('billing.idempotency_records', { timestamp: 1770000000000 })]
+ *
+ * @deprecated use `createIdempotencyTablesMigration({ tableName, timestamp })`, which creates every missing table of that name.
  */
 export function createIdempotencyOutboxMigration(
   tableName: string,

@@ -53,16 +53,17 @@ function mapRecordEntity(target: IdempotencyRecordEntityClass, tableName: string
 }
 
 /**
- * The TypeORM entity of the default records table, `idempotency_records`. Add it to
- * your DataSource's `entities` when you let TypeORM synchronize or generate migrations,
- * or run `CreateIdempotencyRecords1700000000000` instead. The store itself speaks plain
- * SQL and does not need the entity to be registered.
+ * The TypeORM entity of the default records table, `idempotency_records`. The store itself
+ * speaks plain SQL and does not need the entity to be registered.
  *
  * On every database the columns are those the migration makes: on MySQL and MariaDB
  * `result` is MEDIUMTEXT (16 MiB; TEXT would hold 64 KB) and the text columns are
  * binary-collated (`utf8mb4_bin`), whatever the server's default collation. A table made
  * from an older version of the entity (`result TEXT`) is refused by the store's `verify()`
  * at boot, with the ALTER TABLE statement that fixes it (see docs/typeorm.md).
+ *
+ * @deprecated register `...idempotencyEntities` instead (this entity, and every other table
+ * the installed version needs: a version that adds a table then needs no change to your code).
  */
 export class IdempotencyRecordEntity implements IdempotencyRecordRow {
   key!: string;
@@ -86,6 +87,9 @@ mapRecordEntity(IdempotencyRecordEntity, DEFAULT_RECORDS_TABLE);
  * @example
  * export const PaymentIdempotencyRecord = createIdempotencyRecordEntity('payments.idempotency_records');
  * new TypeOrmIdempotencyStore(dataSource, { entity: PaymentIdempotencyRecord });
+ *
+ * @deprecated use `createIdempotencyEntities({ tableName })` (this entity and every other
+ * table of that name) and pass the same `tableName` to the store.
  */
 export function createIdempotencyRecordEntity(tableName: string): IdempotencyRecordEntityClass {
   const { table } = parseTableName(tableName);

@@ -32,6 +32,9 @@ function mapStepEntity(target: new () => IdempotencyStepRow, recordsTable: strin
  * The TypeORM entity of the default step records table, `idempotency_records_steps`: register
  * it beside `IdempotencyRecordEntity` when you let TypeORM synchronize (the store's
  * `verify()` refuses at boot a schema without it).
+ *
+ * @deprecated register `...idempotencyEntities` instead (the records, steps and outbox tables,
+ * and any table a later version adds).
  */
 export class IdempotencyStepEntity implements IdempotencyStepRow {
   key!: string;
@@ -41,7 +44,10 @@ export class IdempotencyStepEntity implements IdempotencyStepRow {
 }
 mapStepEntity(IdempotencyStepEntity, DEFAULT_RECORDS_TABLE);
 
-/** The step records entity beside a records table with another name (`'table'` or `'schema.table'`). */
+/**
+ * The step records entity beside a records table with another name (`'table'` or `'schema.table'`).
+ * @deprecated use `createIdempotencyEntities({ tableName })`, which holds it with the other tables of that name.
+ */
 export function createIdempotencyStepEntity(recordsTable: string): new () => IdempotencyStepRow {
   const { table } = parseTableName(recordsTable);
   const named = {

@@ -358,7 +358,7 @@ describe('TypeOrmIdempotencyStore on MariaDB', () => {
     );
     expect(error).toBeInstanceOf(IdempotencyConfigurationError);
     expect((error as IdempotencyConfigurationError).message).toMatch(/does not exist/);
-    expect((error as IdempotencyConfigurationError).hint).toMatch(/CreateIdempotencyRecords1700000000000/);
+    expect((error as IdempotencyConfigurationError).hint).toMatch(/CreateIdempotencyTables1700000000000/);
     await expect(missing.claim(key(), { token: 't', leaseTtl: 1_000 })).rejects.toBeInstanceOf(IdempotencyConfigurationError);
     await expect(missing.runTransactional({ key: key(), ttl: 1_000 }, async () => ({ value: 1, result: '1' }))).rejects.toBeInstanceOf(
       IdempotencyConfigurationError,
