@@ -205,7 +205,7 @@ export class RedisIdempotencyStore implements IdempotencyStore, IdempotencyOutbo
   }
 
   /** Outbox: why this store has none (`emit()`'s refusal says it); undefined when it has one. */
-  get outboxUnavailable(): RedisOutboxUnavailable | undefined {
+  get outboxUnavailable(): IdempotencyOutboxStore['outboxUnavailable'] {
     return this.outbox instanceof RedisOutbox ? undefined : this.outbox;
   }
 

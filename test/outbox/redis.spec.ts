@@ -1,8 +1,8 @@
-import type Redis from 'ioredis';
+import IORedis from 'ioredis';
 import { createClient } from 'redis';
 import { IdempotencyConfigurationError, makeIdempotent } from '../../lib/index.js';
 import type { OutboxMessage, StagedOutbox } from '../../lib/core/outbox-store.js';
-import { RedisIdempotencyStore, recommendedNodeRedisOptions } from '../../lib/redis/index.js';
+import { RedisIdempotencyStore, recommendedNodeRedisOptions, recommendedRedisOptions } from '../../lib/redis/index.js';
 import { waitFor } from '../messages/support.js';
 import { REDIS_CLIENTS, Relays, SendLog, emitTag, inspector, outboxPrefix, tagOf } from './redis-support.js';
 
@@ -13,7 +13,7 @@ import { REDIS_CLIENTS, Relays, SendLog, emitTag, inspector, outboxPrefix, tagOf
  * through every client the store takes, on the shared Redis.
  */
 
-let redis: Redis;
+let redis: IORedis;
 beforeAll(async () => {
   redis = await inspector();
 });
@@ -226,10 +226,26 @@ describe.each(REDIS_CLIENTS)('the outbox on Redis (%s)', (_name, open) => {
 });
 
 describe('the Redis outbox options', () => {
-  it('applies the client keyPrefix to every outbox key', async () => {
+  it.each([
+    [
+      'node-redis',
+      async (keyPrefix: string) => {
+        const client = createClient({ url: 'redis://127.0.0.1:6379', keyPrefix, ...recommendedNodeRedisOptions() });
+        await client.connect();
+        return { client, close: () => client.destroy() };
+      },
+    ],
+    [
+      'ioredis',
+      async (keyPrefix: string) => {
+        const client = new IORedis({ host: '127.0.0.1', port: 6379, keyPrefix, lazyConnect: true, ...recommendedRedisOptions() });
+        await client.connect();
+        return { client, close: () => client.disconnect() };
+      },
+    ],
+  ] as const)('applies the client keyPrefix to every outbox key (%s)', async (_name, connect) => {
     const keyPrefix = outboxPrefix();
-    const client = createClient({ url: 'redis://127.0.0.1:6379', keyPrefix, ...recommendedNodeRedisOptions() });
-    await client.connect();
+    const { client, close } = await connect(keyPrefix);
     try {
       const store = new RedisIdempotencyStore(client, { prefix: 'idem:' });
       await makeIdempotent(async () => void emitTag('p'), { store, key: () => 'k', scope: 'kp' })();
@@ -249,7 +265,7 @@ describe('the Redis outbox options', () => {
       expect(await redis.keys('idem:outbox*')).toEqual([]);
       await redis.del(...(await redis.keys(`${keyPrefix}*`)));
     } finally {
-      client.destroy();
+      close();
     }
   });
 
