@@ -7,10 +7,11 @@ import { buildPageApps, cleanUpDocApps, freePort, requestJson, run, startApp, st
 
 /**
  * docs/redis.md as a user meets it (test/docs/support/doc-app.ts): the page's application
- * and its near-cache variant, built by `tsc` from the page's own text with getting
- * started's package.json and tsconfig.json, started with `node dist/main.js`, and run on
- * a real Redis: what the page claims about replays, the boot wait, the near cache and
- * shutdown.
+ * (the store that owns its client, `createRedisIdempotencyStore`), its bring-your-own-client
+ * variants (ioredis, node-redis) and its near-cache variant, built by `tsc` from the page's
+ * own text with getting started's package.json and tsconfig.json, started with
+ * `node dist/main.js`, and run on a real Redis: what the page claims about replays, the
+ * boot wait, the near cache and shutdown.
  */
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** The page's REDIS_PREFIX, unique per run: parallel runs never share a record or a near cache's invalidations. */
@@ -76,7 +77,7 @@ describe('docs/redis.md, built and run as a user would', () => {
   const servers: RedisServerHandle[] = [];
 
   beforeAll(async () => {
-    dirs = await buildPageApps('redis', ['default', 'near-cache', 'node-redis']);
+    dirs = await buildPageApps('redis', ['default', 'ioredis', 'node-redis', 'near-cache']);
     redis = new Redis(REDIS_URL);
   }, 300_000);
 
@@ -86,13 +87,15 @@ describe('docs/redis.md, built and run as a user would', () => {
     redis?.disconnect();
   });
 
-  // The page's application on ioredis (default) and its node-redis variant: the same claims.
+  // The page's application (the store makes and owns its ioredis client), and the same app on a client of
+  // its own, ioredis or node-redis: the same claims. `loads` is what importing the compiled modules loads.
   it.each([
-    ['the application', 'default'],
-    ['the node-redis variant', 'node-redis'],
+    ['the application', 'default', ''],
+    ['the ioredis variant', 'ioredis', 'ioredis'],
+    ['the node-redis variant', 'node-redis', 'redis'],
   ])(
     '%s waits at boot for a Redis that comes up late, replays a retry, refuses a reused key, and exits on SIGTERM with Redis down',
-    async (_what, name) => {
+    async (_what, name, loads) => {
       const dir = dirs.get(name)!;
       const prefix = prefixOf(name);
       // A Redis that is not there yet: the page's client keeps reconnecting (recommendedRedisOptions()).
@@ -156,17 +159,41 @@ describe('docs/redis.md, built and run as a user would', () => {
         client.disconnect();
       }
 
-      // The node-redis variant loads node-redis and never ioredis, the default one the reverse.
+      // The node-redis variant loads node-redis and never ioredis, the ioredis one the reverse; the owned store
+      // loads ioredis only when createRedisIdempotencyStore() runs (at boot, in the module's factory).
       const loaded = await run('node', ['--input-type=module', '-e', LOADED_CLIENTS], dir);
-      expect(loaded.trim()).toBe(name === 'node-redis' ? 'redis' : 'ioredis');
+      expect(loaded.trim()).toBe(loads);
 
-      // Redis down at SIGTERM: ioredis's quit() is refused and the page's module drops the socket; node-redis's
-      // close() returns at once. Either way the process exits.
+      // Redis down at SIGTERM: the owned store drops its client (not connected), the ioredis module's quit() is
+      // refused and it drops the socket, node-redis's close() returns at once. Either way the process exits.
+      // (A client nobody closed would keep it alive: stopApp fails past its deadline.)
       await server.kill();
       await stopApp(app);
     },
     60_000,
   );
+
+  it('the application, with no Redis at its URL: the boot stops after readyTimeout, naming what to check, and the process exits', async () => {
+    const redisPort = await freeRedisPort();
+    const app = startApp(dirs.get('default')!, {
+      PORT: String(await freePort()),
+      REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+      REDIS_PREFIX: prefixOf('absent'),
+    });
+    const started = Date.now();
+    // "stops the boot with an IdempotencyConfigurationError ... A client that createRedisIdempotencyStore() made is
+    // ended then, so it does not keep the process alive": bootstrap() rejects, and nothing is left reconnecting.
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<'alive'>((resolve) => (timer = setTimeout(() => resolve('alive'), 25_000)));
+    const code = await Promise.race([app.exited, deadline]).finally(() => clearTimeout(timer));
+    expect(code).not.toBe('alive');
+    expect(code).not.toBe(0);
+    // readyTimeout: 10 s by default.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(9_000);
+    expect(app.output()).toContain('IdempotencyConfigurationError');
+    expect(app.output()).toContain(`127.0.0.1:${redisPort}`);
+    expect(app.output()).not.toContain('Nest application successfully started');
+  }, 40_000);
 
   it('the near-cache variant: another instance replays the order, a replay comes from memory, a deleted or expired record runs again', async () => {
     const dir = dirs.get('near-cache')!;
@@ -234,7 +261,7 @@ describe('docs/redis.md, built and run as a user would', () => {
     expect(rerun.body.id).not.toBe(second.body.id);
     expect(await placed(a.base)).toBe(4);
 
-    // SIGTERM closes the near cache's own connection (the module) and the client (the page's RedisModule).
+    // SIGTERM closes the near cache's own connection and the client the store made (the module closes the store).
     await Promise.all([stopApp(a.app), stopApp(b.app)]);
     const leftover = await recordKeys(redis, prefix);
     if (leftover.length > 0) await redis.del(...leftover);
