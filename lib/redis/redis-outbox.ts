@@ -22,9 +22,12 @@ import { LUA_COMPLETE_RECORD } from './redis-record-scripts.js';
  * Every time is the Redis server's clock, epoch ms. Scripts declare the base (and the
  * record) and derive the other keys from it, as the steps do from the record key, so a
  * client's `keyPrefix` applies to all of them. The completion stages in the script that
- * completes the record, so the record and the outbox keys must be on one Redis node: a
- * Cluster client has no outbox (their slots differ, and no hash tag can put every record
- * in the slot of one shared index).
+ * completes the record, so the record and the outbox keys must be in one hash slot. On a
+ * Cluster they are only when the prefix carries a hash tag of its own
+ * (`{orders}:idem:`): Redis hashes a key by its first tag, so every record and outbox key
+ * of the store is in that one slot (on one master). Without it, each record is in the
+ * slot of its own `{key}`, and an index the relays could read in one place would be in
+ * another: that Cluster store has no outbox.
  */
 
 // The record's completion (the same compare-and-set as COMPLETE) and, only when this
@@ -135,8 +138,8 @@ export interface RedisOutboxUnavailable {
 
 const ON_CLUSTER: RedisOutboxUnavailable = {
   reason:
-    'the outbox is not available with a Redis Cluster client: a record and the outbox keys are in different hash slots, so no script can complete the one and stage the messages in the other atomically',
-  hint: 'Give the handlers that emit a store whose outbox commits with their record: a RedisIdempotencyStore on a standalone (or Sentinel) Redis client, or a TypeORM, Prisma or Drizzle store (@Idempotent({ store }), makeIdempotent({ store })); or send those messages with the ClientProxy yourself.',
+    'the outbox is not available with a Redis Cluster client and a prefix without a hash tag: a record and the outbox keys are in different hash slots, so no script can complete the one and stage the messages in the other atomically',
+  hint: "Give the handlers that emit a store whose outbox commits with their record (@Idempotent({ store }), makeIdempotent({ store })): a RedisIdempotencyStore on this Cluster whose prefix has a hash tag, e.g. prefix: '{orders-outbox}:idem:' (its records and messages then share one slot, on one master), a RedisIdempotencyStore on a standalone (or Sentinel) Redis, or a TypeORM, Prisma or Drizzle store.",
 };
 
 const TURNED_OFF: RedisOutboxUnavailable = {
@@ -146,7 +149,8 @@ const TURNED_OFF: RedisOutboxUnavailable = {
 
 /**
  * The `outbox` option against the client: the outbox, or why there is none. `true` with a
- * Cluster client is refused here, when the store is created (as `nearCache` is).
+ * Cluster client and an untagged prefix is refused here, when the store is created (as
+ * `nearCache` is).
  */
 export function resolveRedisOutbox(
   option: boolean | undefined,
@@ -159,11 +163,24 @@ export function resolveRedisOutbox(
       'Write outbox: true or outbox: false.',
     );
   }
-  const cluster = (scripts.client as { isCluster?: unknown }).isCluster === true;
+  const cluster = (scripts.client as { isCluster?: unknown }).isCluster === true && !hasHashTag(prefix);
   if (cluster && option === true) throw new IdempotencyConfigurationError(`${OWNER}: ${ON_CLUSTER.reason}.`, ON_CLUSTER.hint);
   if (cluster) return ON_CLUSTER;
   if (option === false) return TURNED_OFF;
   return new RedisOutbox(scripts, `${prefix}outbox`);
+}
+
+/**
+ * True when `prefix` holds a Cluster hash tag Redis will use for every key of the store:
+ * a `{`, then a `}` after it with at least one character between (an empty `{}` makes
+ * Redis hash the whole key, and a `{` closed only by the record's own brace makes the
+ * tag differ per key).
+ */
+export function hasHashTag(prefix: string): boolean {
+  const open = prefix.indexOf('{');
+  if (open < 0) return false;
+  const close = prefix.indexOf('}', open + 1);
+  return close > open + 1;
 }
 
 /** The configuration error the outbox's methods throw on a store without one. */

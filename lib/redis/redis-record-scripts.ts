@@ -15,7 +15,7 @@ import { LUA_NOW_MS, LuaScript } from './redis-client.js';
  * Each script touches that one key (and its steps, redis-steps.ts), so every primitive
  * is one atomic round trip and every script stays within one Cluster hash slot; the one
  * exception, a completion that stages outbox messages, touches the outbox's keys too
- * (redis-outbox.ts), which is why the outbox needs a standalone Redis.
+ * (redis-outbox.ts), which is why the outbox needs the record and its keys in one slot.
  */
 const FIELDS = `'s', 't', 'e', 'f', 'r'`;
 

@@ -57,11 +57,12 @@ export interface RedisIdempotencyStoreOptions extends RedisCallOptions {
   /**
    * The transactional outbox (`IdempotencyOutbox`, docs/outbox.md): the messages an
    * execution staged are written by the script that completes its record (keys
-   * `<prefix>outbox:*`), and a relay in every instance sends them. Needs one Redis node
-   * for the record and the outbox: a Cluster client has none, and `true` with one is
-   * refused when the store is created. `false` turns it off (no relay polls this store,
-   * `emit()` on it is refused).
-   * @default true with a standalone or Sentinel client, false with a Cluster client
+   * `<prefix>outbox:*`), and a relay in every instance sends them. The record and the
+   * outbox must be in one hash slot: with a Cluster client, only a `prefix` with a hash tag
+   * of its own (`'{orders-outbox}:idem:'`, every key of the store then in that slot, on
+   * one master) has an outbox, and `true` with an untagged prefix is refused when the
+   * store is created. `false` turns it off (no relay polls this store, `emit()` on it is refused).
+   * @default true, except with a Cluster client and a prefix without a hash tag
    */
   outbox?: boolean;
 }
@@ -199,7 +200,7 @@ export class RedisIdempotencyStore implements IdempotencyStore, IdempotencyOutbo
     return this.outboxOrThrow().purgeSent(retention, limit);
   }
 
-  /** Outbox: false with a Cluster client or `outbox: false` (`emit()` is refused, saying why). */
+  /** Outbox: false with `outbox: false`, or a Cluster client and an untagged prefix (`emit()` is refused, saying why). */
   get outboxAvailable(): boolean {
     return this.outbox instanceof RedisOutbox;
   }
