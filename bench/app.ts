@@ -64,14 +64,14 @@ export type ChildMessage =
 const { Idempotent, IdempotencyModule } = loadLib();
 
 /** Retention of bench records: long enough for one bench, short enough not to litter a shared Redis. */
-const TTL = 10 * 60 * 1000;
+export const TTL = 10 * 60 * 1000;
 
-interface ChargeBody {
+export interface ChargeBody {
   amount: number;
 }
 
-/** The handler every variant shares: a little real work, a small JSON answer. */
-function charge(body: ChargeBody, counter: { n: number }): { id: string; amount: number; status: string } {
+/** The handler every variant shares (bench/peers/app.ts too): a little real work, a small JSON answer. */
+export function charge(body: ChargeBody, counter: { n: number }): { id: string; amount: number; status: string } {
   return { id: `ch_${++counter.n}`, amount: body.amount, status: 'succeeded' };
 }
 
@@ -158,16 +158,17 @@ async function start(config: AppConfig): Promise<{ app: INestApplication; stores
   });
   @Module({ imports: [IdempotencyModule.forRoot({ isGlobal: true })], controllers: buildControllers(stores, config.slowMs) })
   class BenchModule {}
+  return { app: await listen(BenchModule, config.platform), stores };
+}
 
-  let app: INestApplication;
-  if (config.platform === 'fastify') {
-    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
-    app = await NestFactory.create(BenchModule, new FastifyAdapter() as never, { logger: false });
-  } else {
-    app = await NestFactory.create(BenchModule, { logger: false });
-  }
+/** The app of `module` on `platform`, listening on a free port of 127.0.0.1. */
+export async function listen(module: Type<unknown>, platform: AppConfig['platform']): Promise<INestApplication> {
+  const app =
+    platform === 'fastify'
+      ? await NestFactory.create(module, new (await import('@nestjs/platform-fastify')).FastifyAdapter() as never, { logger: false })
+      : await NestFactory.create(module, { logger: false });
   await app.listen(0, '127.0.0.1');
-  return { app, stores };
+  return app;
 }
 
 let profilerSession: import('node:inspector').Session | undefined;

@@ -7,7 +7,7 @@
  * Each figure is the median over the files (each file already holds medians over rounds).
  */
 import { readFileSync } from 'node:fs';
-import type { BenchResult, CaseSummary, HttpCase, Platform, Variant } from './run.js';
+import type { BenchResult, CaseSummary, HttpCase, Platform, Variant } from './report.js';
 import { median } from './stats.js';
 
 type Figure = 'rpsRatio' | 'addedCpuMicrosPerRequest' | 'cpuMicrosPerRequest' | 'p99Ratio';

@@ -1,11 +1,9 @@
 /**
  * The plumbing the benchmarks share: the app under load in a child process asked over
- * IPC (bench/run.ts, bench/peers/run.ts, bench/profile-diff.ts), one-shot children that
- * print their result as a JSON line (bench/functions.ts, bench/memory-bound.ts), the
- * tables a run writes between markers of docs/performance.md, and the clean-up of a run's
- * Redis keys.
+ * IPC (bench/run.ts, bench/peers/run.ts, bench/profile-diff.ts), the tables a run writes
+ * between markers of docs/performance.md, and the clean-up of a run's Redis keys.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -71,39 +69,6 @@ export class IpcChild<Answer extends object> {
     await exited;
     clearTimeout(timer);
   }
-}
-
-/** Runs a TypeScript entry point of bench/ in a fresh child with `config` as its argument and parses the JSON line it prints last. */
-export function runChild<T>(file: string, config: unknown, nodeFlags: string[] = []): Promise<T> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...nodeFlags, '-r', TS_REQUIRE, join(__dirname, file), JSON.stringify(config)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.on('exit', (code) => {
-      if (code !== 0) return reject(new Error(`${file} exited with code ${code}`));
-      try {
-        resolvePromise(JSON.parse(out.trim().split('\n').pop()!) as T);
-      } catch (error) {
-        reject(error);
-      }
-    });
-  });
-}
-
-/** The other end of `runChild`: the config from the command line, the result as one JSON line, the exit status. */
-export function childMain<Config, Result>(run: (config: Config) => Promise<Result>): void {
-  run(JSON.parse(process.argv[2]) as Config).then(
-    (result) => {
-      process.stdout.write(JSON.stringify(result) + '\n');
-      process.exit(0);
-    },
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
 }
 
 /** Puts `text` between the two markers of docs/performance.md; false (and the page untouched) when it has no such markers. */

@@ -20,8 +20,10 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { AppProcess, BODY, cannon, FLOOR_OF, settledCounts, type Platform } from './run.js';
-import { ALL_STORES, type StoreName } from './stores.js';
+import { parseFlags } from './args.js';
+import { AppProcess, cannon, storeReplayed } from './load.js';
+import type { Platform } from './report.js';
+import { ALL_STORES, FLOOR_OF, type StoreName } from './stores.js';
 import { round } from './stats.js';
 
 type Side = 'library' | 'floor';
@@ -74,14 +76,6 @@ interface DiffOptions {
   against?: StoreName;
 }
 
-const NUMERIC_OPTIONS: Record<string, 'duration' | 'rounds' | 'connections' | 'interval' | 'top'> = {
-  '--duration': 'duration',
-  '--rounds': 'rounds',
-  '--connections': 'connections',
-  '--interval': 'interval',
-  '--top': 'top',
-};
-
 function parseArgs(argv: string[]): DiffOptions {
   const options: DiffOptions = {
     platform: 'express',
@@ -93,36 +87,20 @@ function parseArgs(argv: string[]): DiffOptions {
     interval: 100,
     top: 25,
   };
-  for (let i = 0; i < argv.length; i++) {
-    const value = () => argv[++i] ?? '';
-    const numeric = NUMERIC_OPTIONS[argv[i]];
-    if (numeric) {
-      options[numeric] = Number(value());
-      continue;
-    }
-    switch (argv[i]) {
-      case '--platform':
-        options.platform = value() as Platform;
-        break;
-      case '--store':
-        options.store = value() as StoreName;
-        break;
-      case '--case':
-        options.case = value() as DiffOptions['case'];
-        break;
-      case '--against':
-        options.against = value() as StoreName;
-        break;
-      case '--out':
-        options.out = value();
-        break;
-      default:
-        throw new Error(
-          `Unknown option ${argv[i]}. Usage: npm run bench:profile-diff -- [--platform express|fastify] [--store ${ALL_STORES.join('|')}] ` +
-            '[--case first|replay] [--against store] [--duration s] [--rounds n] [--connections n] [--interval µs] [--top n] [--out file.md]',
-        );
-    }
-  }
+  const numeric = (name: 'duration' | 'rounds' | 'connections' | 'interval' | 'top') => (value: () => string) =>
+    (options[name] = Number(value()));
+  parseFlags(argv, {
+    '--platform': (value) => (options.platform = value() as Platform),
+    '--store': (value) => (options.store = value() as StoreName),
+    '--case': (value) => (options.case = value() as DiffOptions['case']),
+    '--against': (value) => (options.against = value() as StoreName),
+    '--out': (value) => (options.out = value()),
+    '--duration': numeric('duration'),
+    '--rounds': numeric('rounds'),
+    '--connections': numeric('connections'),
+    '--interval': numeric('interval'),
+    '--top': numeric('top'),
+  });
   if (options.platform !== 'express' && options.platform !== 'fastify') throw new Error(`--platform: unknown platform ${options.platform}`);
   if (!ALL_STORES.includes(options.store) || !FLOOR_OF[options.store]) throw new Error(`--store: no floor for ${options.store}`);
   if (options.against !== undefined && !ALL_STORES.includes(options.against))
@@ -171,13 +149,7 @@ function labelOf(side: Side, options: DiffOptions): string {
 
 async function measureSide(app: AppProcess, side: Side, options: DiffOptions, file: string, times: SelfTimes, key: string) {
   const path = pathOf(side, options);
-  if (options.case === 'replay') {
-    await fetch(`http://127.0.0.1:${app.port}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body: BODY,
-    });
-  }
+  if (options.case === 'replay') await storeReplayed(app.port, path, key);
   const before = await app.counts();
   await app.request({ type: 'profile-start', intervalMicros: options.interval });
   const { result } = await cannon(
@@ -185,7 +157,7 @@ async function measureSide(app: AppProcess, side: Side, options: DiffOptions, fi
     { path, key: options.case === 'first' ? 'unique' : key, duration: options.duration },
     options.connections,
   );
-  const after = await settledCounts(app);
+  const after = await app.settledCounts();
   await app.request({ type: 'profile-stop', file });
   if (result.non2xx > 0 || result.errors > 0) throw new Error(`${side}: ${result.non2xx} non-2xx answers, ${result.errors} errors`);
   times.add(JSON.parse(readFileSync(file, 'utf8')) as Profile);

@@ -1,193 +1,44 @@
 /**
- * What idempotency costs, per store, against the bare handler, in one run:
+ * What idempotency costs, per store, against the bare handler and against its floor, in
+ * one run (bench/README.md says how to run and read it):
  *
- *   npm run bench                                   # Express then Fastify, ~5 min
- *   npm run bench -- --platform express --duration 1 --rounds 1   # a quick look
+ *   npm run bench                                   # Express then Fastify, about 30 min
+ *   npm run bench -- --platform fastify --stores memory,redis --duration 1 --rounds 1   # a quick look
  *   BENCH_LIB=/tmp/before/lib npm run bench         # the same against another copy of lib/
  *
  * The app runs in a child process (bench/app.ts); autocannon drives it from this
  * process. Runs are interleaved (bare, store A, bare, floor of A, bare, store B, ..., bare)
  * and every store figure is compared with the median of the six bare runs around it
  * (`baselineOf`), so drift of a shared machine cancels out; the report gives medians over
- * rounds.
+ * rounds. The JSON's shape, the targets and the report: bench/report.ts.
  */
-import autocannon from 'autocannon';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import type { ChildProcess } from 'node:child_process';
 import { parseFlags, sharedFlags } from './args.js';
-import { forkReady, IpcChild, replaceBetweenMarkers, ROOT, runChild } from './harness.js';
-import type { AppConfig, ChildMessage, ParentMessage } from './app.js';
-import type { FunctionsResult } from './functions.js';
-import type { MemoryBoundResult } from './memory-bound.js';
-import { median, round } from './stats.js';
-import { describeLib } from './lib.js';
-import { ALL_STORES, SQL_STORES, storeModuleReady, type StoreName } from './stores.js';
-import type { FloorName } from './floors.js';
 import { writeCharts } from './chart.js';
+import type { FloorName } from './floors.js';
 import { speedGauge } from './gauge.js';
-
-export type Platform = 'express' | 'fastify';
-export type HttpCase = 'first' | 'replay' | 'conflict' | 'latency';
-const HTTP_CASES: readonly HttpCase[] = ['first', 'replay', 'conflict', 'latency'];
-export type CaseName = HttpCase | 'functions' | 'memory';
-const ALL_CASES: readonly CaseName[] = [...HTTP_CASES, 'functions', 'memory'];
-
-export interface BenchOptions {
-  /** @default ['express', 'fastify'] */
-  platforms: Platform[];
-  /** Seconds per timed run (first execution and replay; conflict runs half as long, at least 1 s). @default 2 */
-  duration: number;
-  /** @default 5 */
-  rounds: number;
-  /** @default 50 */
-  connections: number;
-  /**
-   * Connections of the latency case: first executions from so few connections that
-   * requests do not queue, so the added latency is the store's and not queueing.
-   * (autocannon's fixed-rate mode sends in bursts once a second, which queues too.)
-   * @default 1
-   */
-  latencyConnections: number;
-  /** @default every store whose module exists */
-  stores: StoreName[];
-  /** @default every case */
-  cases: CaseName[];
-  /** ioredis enableAutoPipelining. @default false (ioredis's default) */
-  autoPipelining: boolean;
-  /** @default $REDIS_URL or 'redis://127.0.0.1:6379' */
-  redisUrl: string;
-  /** @default $DATABASE_URL or 'postgres://postgres@127.0.0.1:5432/test' */
-  postgresUrl: string;
-  /** @default $MYSQL_URL or 'mysql://root@127.0.0.1:3306/test' (MariaDB or MySQL) */
-  mariadbUrl: string;
-  /** Where the JSON goes. @default bench/results/latest.json */
-  out: string;
-  /** Unique keys pushed through the memory store for the RSS figure. @default 100000 */
-  memoryKeys: number;
-  /** @default 10000 */
-  memoryMaxEntries: number;
-  /** Replace the table in docs/performance.md (only when `out` is the default). @default true */
-  updateDocs: boolean;
-  /** Time `speedGauge()` (bench/gauge.ts) at the start and end of the run; the harness's test leaves it out. @default true */
-  gauge?: boolean;
-  /** Directory for V8 CPU profiles of the app process (`node --cpu-prof`); none when unset. */
-  cpuProfileDir?: string;
-  /** Measure nothing: write the report, docs/performance.md's tables and the charts again from this saved run (`--from bench/results/latest.json`). */
-  from?: string;
-}
-
-/** One autocannon run, reduced to what the report needs. */
-export interface RunSample {
-  rps: number;
-  p50: number;
-  p99: number;
-  requests: number;
-  non2xx: number;
-  errors: number;
-  /** CPU time of the app process per request sent, µs (user + system). */
-  cpuMicrosPerRequest?: number;
-  storeCalls?: number;
-  backendCalls?: number;
-  serverCommands?: number;
-}
-
-/**
- * A decorated route: one per store, the floor of the stores that have one (bench/floors.ts),
- * and a no-op interceptor as the floor of any interceptor.
- */
-export type Variant = StoreName | FloorName | 'interceptor';
-
-/** The floor each library store is measured against (the same kind of client or pool, the same database). */
-export const FLOOR_OF: Record<StoreName, FloorName> = {
-  memory: 'floor-memory',
-  redis: 'floor-redis',
-  redisNear: 'floor-redis',
-  'node-redis': 'floor-redis',
-  typeorm: 'floor-postgres',
-  prisma: 'floor-postgres',
-  drizzle: 'floor-postgres',
-  mariadb: 'floor-mariadb',
-};
-
-/** A library case divided by its floor's in the same case and rounds. */
-export interface FloorComparison {
-  floor: FloorName;
-  /** library req/s ÷ floor req/s (medians). */
-  rpsRatio: number;
-  /** library added app CPU µs/request ÷ the floor's (medians over rounds, each above its bare runs). */
-  addedCpuRatio: number;
-  p50Ratio: number;
-  p99Ratio: number;
-  /** library added p50 ÷ the floor's (p50 above the bare runs around each). */
-  addedP50Ratio: number;
-}
-
-export interface CaseSummary {
-  rps: number;
-  p50Ms: number;
-  p99Ms: number;
-  /** Medians over rounds of store ÷ its baseline (the median of the six bare runs around it, `baselineOf`). */
-  rpsRatio: number;
-  p50Ratio: number;
-  p99Ratio: number;
-  /** Median over rounds of store p99 − bare p99, ms. */
-  addedP99Ms: number;
-  /** Median over rounds of store p50 − bare p50, ms. */
-  addedP50Ms?: number;
-  /** This case against its store's floor (library stores only, when the floor ran). */
-  vsFloor?: FloorComparison;
-  /** App process CPU per request, µs: less sensitive to a busy machine than req/s. */
-  cpuMicrosPerRequest: number;
-  /** Median over rounds of store CPU/request − bare CPU/request, µs. */
-  addedCpuMicrosPerRequest: number;
-  /** Calls to the IdempotencyStore per request sent, counted by a wrapper. */
-  storeCallsPerRequest?: number;
-  /** Commands (Redis) or queries (PostgreSQL) sent by the backend client per request, counted at the client. */
-  backendCallsPerRequest?: number;
-  /** Redis only: EVAL + EVALSHA calls per request from INFO commandstats deltas (the server is shared: an upper bound). */
-  serverCommandsPerRequest?: number;
-  /** Each round's req/s ratio and added p99 (ms), for the spread behind the medians (absent in older runs). */
-  rpsRatioRounds?: number[];
-  addedP99MsRounds?: number[];
-  /** Non-2xx answers over all rounds (the conflict case expects 409s). */
-  non2xx: number;
-  errors: number;
-  rounds: RunSample[];
-}
-
-export interface PlatformResult {
-  bare: { rps: number; p50Ms: number; p99Ms: number; cpuMicrosPerRequest: number; rounds: RunSample[] };
-  cases: Partial<Record<HttpCase, Partial<Record<Variant, CaseSummary>>>>;
-}
-
-export interface BenchResult {
-  generatedAt: string;
-  /** Which lib was measured (see BENCH_LIB in bench/lib.ts); absent in runs from before it was recorded. */
-  lib?: string;
-  machine: {
-    node: string;
-    cpus: number;
-    cpuModel: string;
-    loadAverageAtStart: number[];
-    /** `speedGauge()` ms at the start and at the end of the run (bench/gauge.ts); absent in older runs. */
-    gaugeMs?: { start: number; end?: number };
-  };
-  options: Omit<BenchOptions, 'out'>;
-  http: Partial<Record<Platform, PlatformResult>>;
-  functions?: FunctionsResult;
-  memory?: { bounded: MemoryBoundResult; unbounded: MemoryBoundResult };
-  targets: TargetCheck[];
-}
-
-export interface TargetCheck {
-  name: string;
-  target: string;
-  measured: string;
-  met: boolean;
-}
+import { replaceBetweenMarkers, ROOT } from './harness.js';
+import { describeLib } from './lib.js';
+import { AppProcess, cannon, sampleOf, storeReplayed, type RunSample, type Target } from './load.js';
+import {
+  checkTargets,
+  fmt,
+  HTTP_CASES,
+  markdownReport,
+  type BenchOptions,
+  type BenchResult,
+  type CaseSummary,
+  type FloorComparison,
+  type HttpCase,
+  type Platform,
+  type PlatformResult,
+  type Variant,
+} from './report.js';
+import { median, round } from './stats.js';
+import { ALL_STORES, FLOOR_OF, storeModuleReady, type StoreName } from './stores.js';
 
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
 const BENCH_LIB_OUT = join(ROOT, '.tmp', 'bench-lib.json');
@@ -198,11 +49,8 @@ const DOCS_END = '<!-- bench:results:end -->';
 function updateDocs(report: string): void {
   if (replaceBetweenMarkers(DOCS_START, DOCS_END, report)) process.stderr.write(`Updated ${join(ROOT, 'docs', 'performance.md')}\n`);
 }
-/** Batches of unique keys pushed through the bounded memory store: enough to see RSS level off. */
-const MEMORY_BATCHES = 5;
 /** The stores on the bench's Redis, whose script calls are also counted on the server (INFO commandstats). */
 const REDIS_STORES: readonly StoreName[] = ['redis', 'redisNear', 'node-redis'];
-export const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
 
 export function parseArgs(argv: string[]): BenchOptions {
   const options: BenchOptions = {
@@ -212,7 +60,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     connections: 50,
     latencyConnections: 1,
     stores: ALL_STORES.filter(storeModuleReady),
-    cases: [...ALL_CASES],
+    cases: [...HTTP_CASES],
     // ioredis's own default: auto-pipelining only costs CPU when each request sends its commands in its own I/O callback (docs/performance.md, "What we learned").
     autoPipelining: false,
     redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
@@ -221,8 +69,6 @@ export function parseArgs(argv: string[]): BenchOptions {
     // Figures of another lib (BENCH_LIB) must not pass for this tree's: they go to a
     // git-ignored file, and the docs keep this tree's table.
     out: process.env.BENCH_LIB ? BENCH_LIB_OUT : DEFAULT_OUT,
-    memoryKeys: 100_000,
-    memoryMaxEntries: 10_000,
     updateDocs: !process.env.BENCH_LIB,
   };
   const list = (value: () => string) =>
@@ -235,80 +81,23 @@ export function parseArgs(argv: string[]): BenchOptions {
     '--platform': (value) => (options.platforms = list(value).flatMap((p) => (p === 'both' ? ['express', 'fastify'] : [p])) as Platform[]),
     '--latency-connections': (value) => (options.latencyConnections = Number(value())),
     '--stores': (value) => (options.stores = list(value) as StoreName[]),
-    '--cases': (value) => (options.cases = list(value) as CaseName[]),
+    '--cases': (value) => (options.cases = list(value) as HttpCase[]),
     '--postgres-url': (value) => (options.postgresUrl = value()),
     '--mariadb-url': (value) => (options.mariadbUrl = value()),
-    '--no-auto-pipelining': () => (options.autoPipelining = false),
-    '--memory-keys': (value) => (options.memoryKeys = Number(value())),
-    '--memory-max-entries': (value) => (options.memoryMaxEntries = Number(value())),
     '--from': (value) => (options.from = resolve(value())),
     '--cpu-prof': (_value, inline) => (options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'))),
     '--help': () => {
-      process.stdout.write(
-        'npm run bench -- [--platform express|fastify|both] [--duration s] [--rounds n] [--connections n] [--latency-connections n]\n' +
-          '  [--stores memory,redis,redisNear,typeorm,mariadb,prisma,drizzle,node-redis] [--cases first,replay,conflict,latency,functions,memory] [--auto-pipelining] [--out file] [--from saved.json]\n' +
-          '  [--cpu-prof[=dir]]   profile the app process (open the .cpuprofile in Chrome DevTools)\n' +
-          '  [--no-docs]          leave docs/performance.md alone\n' +
-          'BENCH_LIB=/path/to/another/lib npm run bench ...   measure another copy of lib/ (a git worktree of an older commit);\n' +
-          '  writes .tmp/bench-lib.json (and .md) unless --out, never the docs\n' +
-          '  [--redis-url url] [--postgres-url url] [--mariadb-url url]   servers of the Redis (ioredis, node-redis) and SQL stores\n',
-      );
+      process.stdout.write('npm run bench -- [options]: bench/README.md lists them.\n');
       process.exit(0);
     },
   });
   for (const p of options.platforms) if (p !== 'express' && p !== 'fastify') throw new Error(`--platform: unknown platform ${p}`);
   for (const s of options.stores) if (!ALL_STORES.includes(s)) throw new Error(`--stores: unknown store ${s}`);
-  for (const c of options.cases) if (!ALL_CASES.includes(c)) throw new Error(`--cases: unknown case ${c}`);
+  for (const c of options.cases) if (!HTTP_CASES.includes(c)) throw new Error(`--cases: unknown case ${c}`);
   if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1) || !(options.latencyConnections >= 1)) {
     throw new Error('--duration, --rounds, --connections and --latency-connections must be positive numbers.');
   }
   return options;
-}
-
-/** The app under load, in its own process, with a request/response channel over IPC. */
-export class AppProcess extends IpcChild<ChildMessage> {
-  private constructor(
-    child: ChildProcess,
-    readonly port: number,
-    readonly stores: StoreName[],
-    readonly floors: FloorName[],
-  ) {
-    super(child);
-  }
-
-  static async start(config: AppConfig, cpuProfileDir?: string): Promise<AppProcess> {
-    const { child, ready } = await forkReady<Extract<ChildMessage, { type: 'ready' }>>(join(__dirname, 'app.ts'), {
-      name: 'bench app',
-      execArgv: cpuProfileDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfileDir] : [],
-      env: { ...process.env, BENCH_APP_CONFIG: JSON.stringify(config) },
-    });
-    return new AppProcess(child, ready.port, ready.stores, ready.floors ?? []);
-  }
-
-  request<T extends ChildMessage>(
-    message: ParentMessage extends infer M ? (M extends unknown ? Omit<M, 'id'> : never) : never,
-  ): Promise<T> {
-    return this.ask<T>(message);
-  }
-
-  async counts(): Promise<Extract<ChildMessage, { type: 'counts' }>> {
-    return this.request({ type: 'counts' });
-  }
-}
-
-/**
- * Store counts once the requests still in the server when autocannon stopped have
- * finished (they were sent, so they count): polled until two reads agree.
- */
-export async function settledCounts(app: AppProcess): Promise<Extract<ChildMessage, { type: 'counts' }>> {
-  let last = await app.counts();
-  for (let i = 0; i < 40; i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    const next = await app.counts();
-    if (JSON.stringify(next.counts) === JSON.stringify(last.counts)) return next;
-    last = next;
-  }
-  return last;
 }
 
 /** EVAL/EVALSHA calls the Redis server executed so far (shared server: other clients add to it). */
@@ -317,83 +106,6 @@ async function redisScriptCalls(redis: import('ioredis').Redis): Promise<number>
   let total = 0;
   for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) total += Number(match[2]);
   return total;
-}
-
-export interface Target {
-  path: string;
-  /** 'unique' gives every request a new key; otherwise the fixed key sent with each request. */
-  key: 'unique' | string | undefined;
-  duration: number;
-}
-
-export interface CannonResult {
-  result: autocannon.Result;
-  /** Every response time, ms at hrtime resolution (autocannon's histogram keeps whole ms and 2xx only). */
-  latencies: Float64Array;
-}
-
-export function cannon(port: number, target: Target, connections: number): Promise<CannonResult> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  const unique = target.key === 'unique';
-  if (target.key && !unique) headers['idempotency-key'] = target.key;
-  const prefix = randomBytes(6).toString('hex');
-  let n = 0;
-  let latencies = new Float64Array(65_536);
-  let count = 0;
-  return new Promise((resolvePromise, reject) => {
-    const instance = autocannon(
-      {
-        url: `http://127.0.0.1:${port}`,
-        connections,
-        duration: target.duration,
-        requests: [
-          {
-            method: 'POST',
-            path: target.path,
-            headers,
-            body: BODY,
-            // A new key per request: every request is a first execution.
-            ...(unique
-              ? {
-                  setupRequest: (request: autocannon.Request) => ({
-                    ...request,
-                    headers: { ...headers, 'idempotency-key': `${prefix}-${++n}` },
-                  }),
-                }
-              : {}),
-          },
-        ],
-      },
-      (error, result) => (error ? reject(error) : resolvePromise({ result, latencies: latencies.subarray(0, count) })),
-    );
-    instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTime: number) => {
-      if (count === latencies.length) {
-        const grown = new Float64Array(latencies.length * 2);
-        grown.set(latencies);
-        latencies = grown;
-      }
-      latencies[count++] = responseTime;
-    });
-  });
-}
-
-/** The p-th percentile (0–100) of unsorted values, nearest rank. */
-export function percentile(values: Float64Array, p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = Float64Array.from(values).sort();
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
-
-export function sampleOf({ result, latencies }: CannonResult): RunSample {
-  return {
-    rps: result.requests.total / result.duration,
-    p50: percentile(latencies, 50),
-    p99: percentile(latencies, 99),
-    // The requests still in the server when autocannon stops were sent and are served: they count.
-    requests: result.requests.sent,
-    non2xx: result.non2xx,
-    errors: result.errors,
-  };
 }
 
 async function runPlatform(platform: Platform, options: BenchOptions, runId: string, log: (line: string) => void): Promise<PlatformResult> {
@@ -441,7 +153,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
       const onRedis = REDIS_STORES.includes(variant as StoreName);
       const serverBefore = onRedis && redis ? await redisScriptCalls(redis) : 0;
       const sample = sampleOf(await cannon(app.port, { path, key, duration }, connections ?? options.connections));
-      const after = await settledCounts(app);
+      const after = await app.settledCounts();
       sample.cpuMicrosPerRequest = (after.cpuMicros - before.cpuMicros) / sample.requests;
       if (isStore(variant)) {
         const sum = (calls: Record<string, number>) => Object.values(calls).reduce((x, y) => x + y, 0);
@@ -477,14 +189,7 @@ async function runPlatform(platform: Platform, options: BenchOptions, runId: str
           const duration = c === 'conflict' ? conflictSeconds : options.duration;
           const path = v === 'interceptor' ? '/interceptor' : c === 'conflict' ? `/${v}/slow` : `/${v}/first`;
           const key = c === 'first' || c === 'latency' ? 'unique' : `${c}-${runId}-${platform}-${round}`;
-          if (c === 'replay') {
-            // Store the one result first, so the timed run is all replays.
-            await fetch(`http://127.0.0.1:${app.port}${path}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json', 'idempotency-key': key },
-              body: BODY,
-            });
-          }
+          if (c === 'replay') await storeReplayed(app.port, path, key);
           const sample = await measure(v, path, key, duration, connections);
           log(
             `  ${platform} round ${round + 1} ${c.padEnd(8)} ${v.padEnd(11)} ${fmt(sample.rps, 0).padStart(6)} req/s  p50 ${fmt(sample.p50)} ms  p99 ${fmt(sample.p99)} ms  ` +
@@ -620,268 +325,6 @@ function roundSample(s: RunSample): RunSample {
   };
 }
 
-export function checkTargets(result: BenchResult): TargetCheck[] {
-  const checks: TargetCheck[] = [];
-  for (const [platform, r] of Object.entries(result.http) as [Platform, PlatformResult][]) {
-    const ratio = (c: HttpCase, s: StoreName, name: string, min: number) => {
-      const v = r.cases[c]?.[s]?.rpsRatio;
-      if (v !== undefined)
-        checks.push({
-          name: `${platform}: ${name}`,
-          target: `≥ ${min.toFixed(2)} × bare req/s`,
-          measured: `${v.toFixed(2)}`,
-          met: v >= min,
-        });
-    };
-    // The targets of the third round of work (issue 19), per platform.
-    const express = platform === 'express';
-    ratio('first', 'memory', 'memory first execution', express ? 0.85 : 0.8);
-    if (express) ratio('replay', 'memory', 'memory replay', 0.92);
-    if (!express) ratio('first', 'redis', 'Redis first execution', 0.65);
-    ratio('replay', 'redis', 'Redis replay', express ? 0.92 : 0.85);
-    if (express) ratio('first', 'typeorm', 'PostgreSQL first execution', 0.45);
-    const addedP99 = (c: HttpCase, name: string) => {
-      const added = r.cases[c]?.redis?.addedP99Ms;
-      if (added !== undefined)
-        checks.push({
-          name: `${platform}: Redis added p99, ${name}`,
-          target: '< 1 ms',
-          measured: `${added.toFixed(2)} ms`,
-          met: added < 1,
-        });
-    };
-    addedP99(
-      'latency',
-      `first execution, ${result.options.latencyConnections} connection${result.options.latencyConnections === 1 ? '' : 's'} (no queueing)`,
-    );
-    checks.push(...floorTargets(platform, r, result.options.latencyConnections));
-  }
-  if (result.memory) {
-    const b = result.memory.bounded;
-    const first = b.afterBatches[0];
-    const last = b.afterBatches[b.afterBatches.length - 1];
-    const maxRss = Math.max(...b.afterBatches.map((s) => s.rssMB));
-    // RSS lags the heap (V8 keeps freed pages for reuse), so "bounded" is: entries capped,
-    // heap flat after the first batch, and RSS no longer growing over the later batches.
-    const rssOfLaterHalf = Math.max(...b.afterBatches.slice(Math.ceil(b.afterBatches.length / 2)).map((s) => s.rssMB));
-    const rssOfEarlierHalf = Math.max(...b.afterBatches.slice(0, Math.ceil(b.afterBatches.length / 2)).map((s) => s.rssMB));
-    const bounded =
-      b.afterBatches.every((s) => s.entries <= b.maxEntries) &&
-      last.heapUsedMB <= first.heapUsedMB * 1.25 + 2 &&
-      rssOfLaterHalf <= rssOfEarlierHalf * 1.1;
-    checks.push({
-      name: `memory store with maxEntries ${b.maxEntries}, ${b.afterBatches.length} × ${b.keys} unique keys`,
-      target: 'entries ≤ maxEntries, heap flat, RSS stops growing',
-      measured: `${last.entries} entries, heap ${first.heapUsedMB} → ${last.heapUsedMB} MB, RSS ${b.before.rssMB} → at most ${maxRss} MB`,
-      met: bounded,
-    });
-  }
-  return checks;
-}
-
-/**
- * The targets of issue 32: each library store path within a ratio of its floor (added app
- * CPU per request, library ÷ floor), the Redis first execution's added p50 on few
- * connections within 1.2 × the floor's, and the near cache without a first-execution tax.
- */
-export function floorTargets(platform: Platform, r: PlatformResult, latencyConnections: number): TargetCheck[] {
-  const checks: TargetCheck[] = [];
-  const floorRatio = (c: HttpCase, s: StoreName, label: string, max: number) => {
-    const v = r.cases[c]?.[s]?.vsFloor?.addedCpuRatio;
-    if (v === undefined) return;
-    checks.push({
-      name: `${platform}: ${label} ${CASE_LABEL[c]}, added CPU ÷ floor`,
-      target: `≤ ${max.toFixed(2)}`,
-      measured: fmt(v),
-      met: v <= max,
-    });
-  };
-  for (const c of ['first', 'replay'] as const) {
-    floorRatio(c, 'redis', 'Redis', 1.15);
-    floorRatio(c, 'typeorm', 'PostgreSQL', 1.25);
-    floorRatio(c, 'mariadb', 'MariaDB', 1.25);
-    floorRatio(c, 'memory', 'memory', 1.3);
-  }
-  const p50 = r.cases.latency?.redis?.vsFloor?.addedP50Ratio;
-  if (p50 !== undefined) {
-    checks.push({
-      name: `${platform}: Redis first execution on ${latencyConnections} connection(s), added p50 ÷ floor`,
-      target: '≤ 1.20',
-      measured: fmt(p50),
-      met: p50 <= 1.2,
-    });
-  }
-  // The near cache: first executions as dear as without it, replays near a memory replay.
-  const near = (c: HttpCase, against: StoreName, label: string, max: number) => {
-    const mine = r.cases[c]?.redisNear?.addedCpuMicrosPerRequest;
-    const other = r.cases[c]?.[against]?.addedCpuMicrosPerRequest;
-    if (mine === undefined || other === undefined) return;
-    const v = mine / other;
-    checks.push({ name: `${platform}: near cache, ${label}`, target: `≤ ${max.toFixed(2)}`, measured: fmt(v), met: v <= max });
-  };
-  near('first', 'redis', 'first execution added CPU ÷ without the near cache', 1.05);
-  near('latency', 'redis', `first execution on ${latencyConnections} connection(s), added CPU ÷ without`, 1.05);
-  near('replay', 'memory', 'replay added CPU ÷ a memory-store replay', 1.1);
-  return checks;
-}
-
-/** The speed gauge of a run (bench/gauge.ts) for its header, or nothing for older runs. */
-function gauge(result: BenchResult): string {
-  const g = result.machine.gaugeMs;
-  return g ? ` · speed gauge ${g.start}${g.end === undefined ? '' : ` → ${g.end}`} ms (about 50 on a quiet machine)` : '';
-}
-
-function fmt(value: number | undefined, digits = 2): string {
-  return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits);
-}
-
-const STORE_LABEL: Record<StoreName, string> = {
-  memory: 'memory',
-  redis: 'Redis',
-  redisNear: 'Redis + near cache',
-  typeorm: 'TypeORM/PostgreSQL',
-  mariadb: 'TypeORM/MariaDB',
-  prisma: 'Prisma/PostgreSQL',
-  drizzle: 'Drizzle/PostgreSQL',
-  'node-redis': 'Redis (node-redis)',
-};
-const VARIANT_LABEL: Record<Variant, string> = {
-  ...STORE_LABEL,
-  interceptor: 'no-op interceptor (no store)',
-  'floor-memory': 'floor: memory by hand',
-  'floor-redis': 'floor: Redis by hand',
-  'floor-postgres': 'floor: PostgreSQL by hand',
-  'floor-mariadb': 'floor: MariaDB by hand',
-};
-const CASE_LABEL: Record<HttpCase, string> = {
-  first: 'first execution',
-  replay: 'replay',
-  conflict: 'in-flight conflict (409)',
-  latency: 'first execution, few connections',
-};
-
-/**
- * The report of one run. `docs`: the HTTP tables only, for docs/performance.md (kept
- * short there); the makeIdempotent, memory-size and targets tables stay in the report
- * beside the JSON (bench/results/latest.md).
- */
-export function markdownReport(result: BenchResult, { docs = false }: { docs?: boolean } = {}): string {
-  const lines: string[] = [];
-  const o = result.options;
-  // The docs name the commit only (in the run line); the full description is in latest.md.
-  const commit = result.lib ? /commit ([0-9a-f]{7,})/.exec(result.lib)?.[1] : undefined;
-  if (result.lib && !docs) lines.push(`Library: ${result.lib}`, '');
-  lines.push(
-    `Run ${result.generatedAt}${docs && commit ? ` · lib/ at ${commit}` : ''} · Node ${result.machine.node} · ${result.machine.cpus} × ${result.machine.cpuModel} · load average at start ${result.machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}${gauge(result)}`,
-    `${o.connections} connections · ${o.duration} s per run (conflict ${Math.max(1, o.duration / 2)} s) · ${o.rounds} interleaved rounds · medians over rounds · ratios are to the median of the 6 bare runs around each (3 before, 3 after) · latency case on ${o.latencyConnections} connection(s) · ioredis auto-pipelining ${o.autoPipelining ? 'on' : 'off'}`,
-    '',
-  );
-  if (docs) return docsSummary(result, lines);
-  for (const [platform, r] of Object.entries(result.http) as [Platform, PlatformResult][]) {
-    lines.push(`### HTTP, ${platform === 'express' ? 'Express' : 'Fastify'}`, '');
-    lines.push(
-      `Bare handler: ${r.bare.rps} req/s, p50 ${fmt(r.bare.p50Ms)} ms, p99 ${fmt(r.bare.p99Ms)} ms, ${fmt(r.bare.cpuMicrosPerRequest, 0)} µs app CPU per request.`,
-      '',
-    );
-    lines.push(
-      '| case | store | req/s | × bare | × floor | p50 ms | × bare | × floor | p99 ms | × bare | × floor | added p99 ms | app CPU µs/req | added CPU µs/req | × floor | store calls / req | backend calls / req |',
-    );
-    lines.push('|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|');
-    for (const [c, byVariant] of Object.entries(r.cases) as [HttpCase, Partial<Record<Variant, CaseSummary>>][]) {
-      for (const [v, x] of Object.entries(byVariant) as [Variant, CaseSummary][]) {
-        const backend =
-          v === 'memory' || x.backendCallsPerRequest === undefined
-            ? '–'
-            : `${fmt(x.backendCallsPerRequest)}${x.serverCommandsPerRequest !== undefined ? ` (server: ${fmt(x.serverCommandsPerRequest)})` : ''}`;
-        const f = x.vsFloor;
-        lines.push(
-          `| ${v === 'interceptor' ? 'reference' : c === 'latency' ? `first execution, ${o.latencyConnections} conn.` : CASE_LABEL[c]} | ${VARIANT_LABEL[v]} | ${x.rps} | **${fmt(x.rpsRatio)}** | ${fmt(f?.rpsRatio)} | ${fmt(x.p50Ms)} | ${fmt(x.p50Ratio)} | ${fmt(c === 'latency' ? f?.addedP50Ratio : f?.p50Ratio)} | ${fmt(x.p99Ms)} | ${fmt(x.p99Ratio)} | ${fmt(f?.p99Ratio)} | ${fmt(x.addedP99Ms)} | ` +
-            `${fmt(x.cpuMicrosPerRequest, 0)} | ${fmt(x.addedCpuMicrosPerRequest, 0)} | **${fmt(f?.addedCpuRatio)}** | ${x.storeCallsPerRequest === undefined ? '–' : fmt(x.storeCallsPerRequest)} | ${backend} |`,
-        );
-      }
-    }
-    const anomalies = Object.entries(r.cases).flatMap(([c, byStore]) =>
-      Object.entries(byStore ?? {})
-        .filter(([, v]) => (c !== 'conflict' && v!.non2xx > 0) || v!.errors > 0)
-        .map(([s, v]) => `${c}/${s}: ${v!.non2xx} non-2xx, ${v!.errors} errors`),
-    );
-    if (anomalies.length) lines.push('', `Unexpected answers: ${anomalies.join('; ')}.`);
-    lines.push('');
-  }
-  if (result.functions) {
-    lines.push('### makeIdempotent, no HTTP (50 concurrent callers)', '');
-    lines.push('| store | case | calls/s | bare function calls/s | added µs per call | store calls / call |');
-    lines.push('|---|---|--:|--:|--:|--:|');
-    for (const [s, v] of Object.entries(result.functions) as [StoreName, NonNullable<FunctionsResult[StoreName]>][]) {
-      for (const kind of ['first', 'replay'] as const) {
-        const f = v[kind];
-        lines.push(
-          `| ${STORE_LABEL[s]} | ${kind === 'first' ? 'first execution' : 'replay'} | ${f.callsPerSecond} | ${f.bareCallsPerSecond} | ${fmt(f.addedMicrosPerCall)} | ${fmt(f.storeCallsPerCall)} |`,
-        );
-      }
-    }
-    lines.push('');
-  }
-  if (result.memory) {
-    lines.push('### Memory store size under unique keys (makeIdempotent, RSS and heap after GC)', '');
-    const { bounded, unbounded } = result.memory;
-    const batches = bounded.afterBatches.map((_, i) => `after ${((i + 1) * bounded.keys) / 1000}k keys`);
-    lines.push(`| maxEntries | before | ${batches.join(' | ')} |`);
-    lines.push(`|--:|---|${batches.map(() => '---').join('|')}|`);
-    const snap = (m: MemoryBoundResult['before']) => `${m.rssMB} MB RSS, ${m.heapUsedMB} MB heap, ${m.entries} entries`;
-    for (const m of [bounded, unbounded]) {
-      lines.push(
-        `| ${m.maxEntries} | ${snap(m.before)} | ${batches.map((_, i) => (m.afterBatches[i] ? snap(m.afterBatches[i]) : '–')).join(' | ')} |`,
-      );
-    }
-    lines.push('');
-  }
-  if (result.targets.length) {
-    lines.push('### Targets', '');
-    lines.push('| target | wanted | measured | met |');
-    lines.push('|---|---|--:|---|');
-    for (const t of result.targets) lines.push(`| ${t.name} | ${t.target} | ${t.measured} | ${t.met ? 'yes' : '**no**'} |`);
-    lines.push('');
-  }
-  return lines.join('\n');
-}
-
-/**
- * docs/performance.md's tables: per platform one row per store, the three cases side by
- * side, each as the bare handler's throughput kept, the app CPU added per request and
- * that CPU ÷ the floor's (bench/floors.ts). The full tables, with latencies and call
- * counts, are in bench/results/latest.md.
- */
-function docsSummary(result: BenchResult, lines: string[]): string {
-  const floorOf = (x: CaseSummary | undefined) => (x?.vsFloor ? ` (×${fmt(x.vsFloor.addedCpuRatio)})` : '');
-  const cell = (x: CaseSummary | undefined) => (x ? `**${fmt(x.rpsRatio)}** · +${fmt(x.addedCpuMicrosPerRequest, 0)}${floorOf(x)}` : '–');
-  const latency = (x: CaseSummary | undefined) =>
-    x?.addedP50Ms === undefined ? '–' : `+${fmt(x.addedP50Ms)} ms${x.vsFloor ? ` (×${fmt(x.vsFloor.addedP50Ratio)})` : ''}`;
-  const platforms = Object.entries(result.http) as [Platform, PlatformResult][];
-  const name = (platform: Platform) => (platform === 'express' ? 'Express' : 'Fastify');
-  lines.push(
-    `Bare handler: ${platforms.map(([p, r]) => `${name(p)} ${r.bare.rps} req/s, ${fmt(r.bare.cpuMicrosPerRequest, 0)} µs of app CPU per request`).join('; ')}. ` +
-      "Each cell: the bare handler's throughput kept (**× bare**) · app CPU added per request, µs (× the floor's). Latency: p50 added to a first execution from 1 connection (× the floor's).",
-    '',
-    `| store | ${platforms.map(([p]) => `${name(p)}: first execution | ${name(p)}: replay`).join(' | ')} | latency, ${platforms.map(([p]) => name(p)).join(' / ')} |`,
-    `|---|${platforms.map(() => '--:|--:|').join('')}--:|`,
-  );
-  const variants = new Set<Variant>();
-  for (const [, r] of platforms)
-    for (const byVariant of Object.values(r.cases)) for (const v of Object.keys(byVariant ?? {}) as Variant[]) variants.add(v);
-  for (const v of variants) {
-    if (v.startsWith('floor-')) continue;
-    const cells = platforms.map(([, r]) => `${cell(r.cases.first?.[v])} | ${cell(r.cases.replay?.[v])}`);
-    const latencies = platforms.map(([, r]) => latency(r.cases.latency?.[v])).join(' / ');
-    lines.push(`| ${VARIANT_LABEL[v]} | ${cells.join(' | ')} | ${latencies} |`);
-  }
-  lines.push(
-    '',
-    "The full tables (p50, p99, calls per request, the floors' own rows) and the targets: `bench/results/latest.md` in the repository.",
-  );
-  return lines.join('\n');
-}
-
 export async function runBench(
   options: BenchOptions,
   log: (line: string) => void = (l) => process.stderr.write(l + '\n'),
@@ -904,40 +347,9 @@ export async function runBench(
     http: {},
     targets: [],
   };
-  const httpCases = options.cases.some((c) => (HTTP_CASES as readonly string[]).includes(c));
-  if (httpCases) {
-    for (const platform of options.platforms) {
-      log(`HTTP on ${platform}: stores ${options.stores.join(', ')}`);
-      result.http[platform] = await runPlatform(platform, options, runId, log);
-    }
-  }
-  if (options.cases.includes('functions')) {
-    const stores = options.stores.filter((s) => !SQL_STORES.includes(s));
-    log(`makeIdempotent without HTTP: ${stores.join(', ')}`);
-    result.functions = await runChild<FunctionsResult>('functions.ts', {
-      stores,
-      durationMs: Math.round(Math.min(options.duration, 1) * 1000),
-      rounds: options.rounds,
-      concurrency: options.connections,
-      runId,
-      autoPipelining: options.autoPipelining,
-      redisUrl: options.redisUrl,
-    });
-  }
-  if (options.cases.includes('memory')) {
-    log(`Memory store RSS: ${MEMORY_BATCHES} × ${options.memoryKeys} unique keys`);
-    const bounded = await runChild<MemoryBoundResult>(
-      'memory-bound.ts',
-      { keys: options.memoryKeys, maxEntries: options.memoryMaxEntries, batches: MEMORY_BATCHES },
-      ['--expose-gc'],
-    );
-    // For contrast, a store with room for every key (3 batches are enough to see it grow).
-    const unbounded = await runChild<MemoryBoundResult>(
-      'memory-bound.ts',
-      { keys: options.memoryKeys, maxEntries: options.memoryKeys * 10, batches: 3 },
-      ['--expose-gc'],
-    );
-    result.memory = { bounded, unbounded };
+  for (const platform of options.platforms) {
+    log(`HTTP on ${platform}: stores ${options.stores.join(', ')}`);
+    result.http[platform] = await runPlatform(platform, options, runId, log);
   }
   if (result.machine.gaugeMs) result.machine.gaugeMs.end = await speedGauge();
   result.targets = checkTargets(result);

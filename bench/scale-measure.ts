@@ -110,8 +110,6 @@ export interface ClaimLoop {
   minOps?: number;
   /** @default 30_000 (the engine's default lease) */
   leaseTtl?: number;
-  /** Counts the claims as they are made, for a caller that watches the keyspace meanwhile. */
-  counter?: { n: number };
 }
 
 /** Claims of new keys until `loop.done()`; their latencies, µs, and how many per second. */
@@ -122,7 +120,6 @@ export async function claimsUntil(
 ): Promise<{ stats: OpStats; perSecond: number; ms: number }> {
   const run = `${process.pid}-${++runs}-${Date.now()}`;
   const micros: number[] = [];
-  const counter = loop.counter ?? { n: 0 };
   const leaseTtl = loop.leaseTtl ?? LEASE_TTL;
   let next = 0;
   const startedAt = Date.now();
@@ -130,7 +127,6 @@ export async function claimsUntil(
     while (!loop.done() || next < (loop.minOps ?? 0)) {
       const key = populationKey(`during:${run}:`, next++);
       const t0 = process.hrtime.bigint();
-      counter.n++;
       const answer = await store.claim(key, { token: randomUUID(), leaseTtl, fingerprint });
       micros.push(Number(process.hrtime.bigint() - t0) / 1_000);
       if (!answer.claimed) throw new Error(`the claim of new key ${key} did not claim`);

@@ -1,13 +1,11 @@
 /**
- * Removal of expired records while claims run, for bench/scale.ts. SQL: the store's own
+ * Removal of expired records while claims run, for bench/scale.ts: the SQL store's own
  * `purgeExpired()` (batches of at most `purgeBatchSize` under its advisory lock) on a table of
  * expired and live records, with claims at concurrency 16 before, during and after it.
- * Redis has no purge: its own key expiry forgets a record; the same claims run while
- * Redis expires a population that all expires at one instant.
+ * (Redis has no purge: its own key expiry forgets a record.)
  */
 import type { IdempotencyStore } from '../lib/core/index.js';
 import { claimsUntil, type ClaimLoop, type OpStats } from './scale-measure.js';
-import type { RedisTarget, RawRecord } from './scale-redis.js';
 import type { RecordRow, SqlTarget } from './scale-sql.js';
 import { round } from './stats.js';
 
@@ -33,7 +31,6 @@ export interface PurgeFigures {
   p99Ratio: number;
   /** Expired rows left once the purge returned (0 expected). */
   expiredLeft: number;
-  explain: string[];
 }
 
 const CONCURRENCY = 16;
@@ -71,7 +68,6 @@ export async function sqlPurge(
   fillMs += await target.fill(table, 'pexp:', template, 0, counts.expired, { latestExpiry: Date.now() - hour, spreadMs: hour });
   log(`purge table filled (${counts.expired} expired + ${counts.live} live) in ${fillMs} ms`);
   await target.settle(table);
-  const explain = await target.explainPurge(table, 1000);
   const store = target.store(table) as IdempotencyStore & {
     purgeExpired(): Promise<{ ran: boolean; deleted: number }>;
     purgeBatchSize: number;
@@ -116,77 +112,5 @@ export async function sqlPurge(
     after,
     p99Ratio: ratioOf(before, during, after),
     expiredLeft: Number(left.n),
-    explain,
-  };
-}
-
-export interface RedisExpiryFigures {
-  keys: number;
-  fillMs: number;
-  /** From the expiry instant until a sample of the keys is gone, ms (bounded by the deadline). */
-  expiryMs: number;
-  keysPerSecond: number;
-  /** Share of the sample still there when the wait ended (0 expected). */
-  leftShare: number;
-  before: ClaimsWindow;
-  during: ClaimsWindow;
-  after: ClaimsWindow;
-  p99Ratio: number;
-  /** True when the fill ended after the expiry instant (then "before" is partly during). */
-  late: boolean;
-}
-
-/**
- * `keys` copies of the record, all set to expire (PEXPIREAT) at one instant after the
- * fill, `fillRate` keys/s estimating when that is; claims of another store before,
- * while Redis's active expiry removes them, and after.
- */
-export async function redisExpiry(
-  target: RedisTarget,
-  store: IdempotencyStore,
-  prefix: string,
-  raw: RawRecord,
-  keys: number,
-  fillRate: number,
-  windowMs: number,
-): Promise<RedisExpiryFigures> {
-  // Claims here hold 10-minute leases, so that none of them expires during the test: what
-  // Redis counts as expired (INFO stats expired_keys) is then the population (and what
-  // other users of this Redis let expire meanwhile).
-  const loop = { leaseTtl: 600_000 };
-  const expireAt = Date.now() + Math.ceil((keys / fillRate) * 1.5) + windowMs + 5_000;
-  const fillMs = await target.fill(prefix, 'expiring:', raw, 0, keys, expireAt);
-  const late = Date.now() >= expireAt;
-  const base = await target.expiredKeys();
-  const before = await claimsFor(store, undefined, Math.max(500, Math.min(windowMs, expireAt - Date.now() - 500)), loop);
-  while (Date.now() < expireAt) await new Promise((resolve) => setTimeout(resolve, 5));
-  const deadline = expireAt + 120_000;
-  let left = keys;
-  const watch = (async () => {
-    while (left > keys * 0.001 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      left = keys - ((await target.expiredKeys()) - base);
-    }
-  })();
-  const during = await claimsUntil(store, undefined, {
-    concurrency: CONCURRENCY,
-    done: () => left <= keys * 0.001 || Date.now() >= deadline,
-    minOps: 500,
-    ...loop,
-  });
-  await watch;
-  const expiryMs = Date.now() - expireAt;
-  const after = await claimsFor(store, undefined, windowMs, loop);
-  return {
-    keys,
-    fillMs,
-    expiryMs,
-    keysPerSecond: round((keys / expiryMs) * 1000, 0),
-    leftShare: round(Math.max(0, left) / keys, 4),
-    before,
-    during,
-    after,
-    p99Ratio: ratioOf(before, during, after),
-    late,
   };
 }

@@ -4,6 +4,7 @@
  * (`MEMORY USAGE` of a sample, and the `used_memory` delta), and their removal.
  */
 import type { Redis } from 'ioredis';
+import { deleteByPrefix } from './harness.js';
 import { loadLibModule } from './lib.js';
 import { populationKey } from './scale-sql.js';
 
@@ -56,8 +57,8 @@ export class RedisTarget {
     return { fields: flat, pttl, encoding };
   }
 
-  /** Keys `from` .. `to - 1` of `population`: the template's HSET and PEXPIRE, pipelined. `expireAt`: a PEXPIREAT instead. */
-  async fill(prefix: string, population: string, raw: RawRecord, from: number, to: number, expireAt?: number): Promise<number> {
+  /** Keys `from` .. `to - 1` of `population`: the template's HSET and PEXPIRE, pipelined. */
+  async fill(prefix: string, population: string, raw: RawRecord, from: number, to: number): Promise<number> {
     const startedAt = Date.now();
     // Two pipelines in flight: Redis stays busy while the next one is built.
     let pending: Promise<unknown> | undefined;
@@ -65,9 +66,7 @@ export class RedisTarget {
       const pipeline = this.client.pipeline();
       for (let i = start; i < Math.min(to, start + PIPELINE_KEYS); i++) {
         const key = this.keyOf(prefix, population, i);
-        pipeline.hset(key, ...raw.fields);
-        if (expireAt === undefined) pipeline.pexpire(key, raw.pttl);
-        else pipeline.pexpireat(key, expireAt);
+        pipeline.hset(key, ...raw.fields).pexpire(key, raw.pttl);
       }
       const sent = pipeline.exec().then(failedCommand);
       if (pending) await pending;
@@ -101,19 +100,8 @@ export class RedisTarget {
   }
 
   /** Removes every key under `prefix` (SCAN + UNLINK). */
-  async deletePrefix(prefix: string): Promise<void> {
-    let cursor = '0';
-    do {
-      const [next, keys] = await this.client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 5_000);
-      cursor = next;
-      if (keys.length) await this.client.unlink(...keys);
-    } while (cursor !== '0');
-  }
-
-  /** Keys Redis has expired since it started (INFO stats `expired_keys`: active and lazy expiry). */
-  async expiredKeys(): Promise<number> {
-    const info = await this.client.info('stats');
-    return Number(/expired_keys:(\d+)/.exec(info)?.[1] ?? Number.NaN);
+  deletePrefix(prefix: string): Promise<void> {
+    return deleteByPrefix(this.client, prefix);
   }
 
   async describe(): Promise<string> {

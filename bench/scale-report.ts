@@ -1,7 +1,7 @@
 /** The figures bench/scale.ts collects, and its markdown report (ending with the "Sizing" table). */
 import { cpus, totalmem } from 'node:os';
 import type { LatencyRun, OpStats } from './scale-measure.js';
-import type { PurgeFigures, RedisExpiryFigures } from './scale-purge.js';
+import type { PurgeFigures } from './scale-purge.js';
 import type { TableBytes } from './scale-sql.js';
 import { median, round } from './stats.js';
 
@@ -36,7 +36,6 @@ export interface StoreFigures {
   sizes: SizeFigures[];
   bodies: BodyFigures[];
   purge?: PurgeFigures;
-  expiry?: RedisExpiryFigures;
   notes: string[];
 }
 
@@ -145,7 +144,7 @@ function detailText(bytes: TableBytes, encodings?: string[]): string {
 }
 
 /** The claims measured before, during and after a purge or an expiry, one row per window. */
-function windowsTable(windows: Array<[string, PurgeFigures['before'] | RedisExpiryFigures['before']]>): string[] {
+function windowsTable(windows: Array<[string, PurgeFigures['before']]>): string[] {
   return [
     '| window | s | claims | claims / s | p50 | p99 | max |',
     '|---|--:|--:|--:|--:|--:|--:|',
@@ -169,28 +168,6 @@ function purgeSection(purge: PurgeFigures): string[] {
     ]),
     '',
     `Claims' p99 during the purge ÷ the mean of before and after: **${purge.p99Ratio}×** (target ≤ 2×).`,
-    '',
-    "The library's purge batch and its plan (PostgreSQL: EXPLAIN ANALYZE of one batch, rolled back):",
-    '',
-    '```',
-    ...purge.explain,
-    '```',
-  ];
-}
-
-function expirySection(expiry: RedisExpiryFigures): string[] {
-  return [
-    `Redis has no purge: a record is a key with a TTL, which Redis forgets itself. ${expiry.keys} copies set to expire at one ` +
-      `instant (PEXPIREAT) were gone from the keyspace ${round(expiry.expiryMs / 1000, 1)} s later (**${expiry.keysPerSecond} keys/s**, ` +
-      `${expiry.leftShare * 100} % left when the wait ended)${expiry.late ? '; the fill ended after that instant' : ''}. Claims at concurrency 16, µs:`,
-    '',
-    ...windowsTable([
-      ['before the expiry', expiry.before],
-      ['while Redis expires them', expiry.during],
-      ['after', expiry.after],
-    ]),
-    '',
-    `Claims' p99 during ÷ the mean of before and after: **${expiry.p99Ratio}×**.`,
   ];
 }
 
@@ -200,11 +177,7 @@ function sizingTable(report: ScaleReport): string[] {
     '|---|--:|--:|--:|--:|--:|',
   ];
   for (const figures of report.stores) {
-    const rate = figures.purge
-      ? `${figures.purge.rowsPerSecond} (purgeExpired)`
-      : figures.expiry
-        ? `${figures.expiry.keysPerSecond} (key expiry)`
-        : '';
+    const rate = figures.purge ? `${figures.purge.rowsPerSecond} (purgeExpired)` : '';
     for (const body of figures.bodies.filter((b) => b.bytes)) {
       const perRecord = body.bytes!.total / body.bytes!.rows;
       lines.push(
@@ -248,7 +221,6 @@ export function renderReport(report: ScaleReport): string {
       );
     }
     if (figures.purge) out.push('### Purge of expired records while claims run', '', ...purgeSection(figures.purge), '');
-    if (figures.expiry) out.push('### Expiry of records while claims run', '', ...expirySection(figures.expiry), '');
   }
   out.push(
     '## Sizing',

@@ -273,52 +273,6 @@ FROM pg_class c WHERE c.oid = $1::regclass`,
     return { rows, total: detail.data_length + detail.index_length, detail };
   }
 
-  /** The plan of the library's own purge batch statement on `table` (the dialect's text, its batch size). */
-  async explainPurge(table: string, batch: number): Promise<string[]> {
-    const { parseTableName } = loadLibModule<typeof import('../lib/sql/dialects/records-table.js')>('sql/dialects/records-table.ts');
-    if (this.kind === 'postgres') {
-      const { postgresDialect } = loadLibModule<typeof import('../lib/sql/dialects/postgres.js')>('sql/dialects/postgres.ts');
-      const statement = postgresDialect(parseTableName(table)).purgeBatch(batch);
-      const runner = this.dataSource.createQueryRunner();
-      const plan = (rows: Array<Record<string, string>>) => rows.map((row) => row['QUERY PLAN']);
-      try {
-        // ANALYZE runs the DELETE: inside a transaction that is rolled back. The store sends
-        // it as a named prepared statement, which PostgreSQL plans generically (without the
-        // LIMIT's value) after five runs: both plans are shown.
-        await runner.startTransaction();
-        const custom = plan(await runner.query(`EXPLAIN (ANALYZE, BUFFERS) ${statement.sql}`, [...statement.params]));
-        await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
-        await runner.query(`PREPARE bench_scale_purge(bigint) AS ${statement.sql}`);
-        const generic = plan(await runner.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_scale_purge(${batch})`));
-        await runner.rollbackTransaction();
-        await runner.query('DEALLOCATE bench_scale_purge').catch(() => undefined);
-        return [
-          statement.sql,
-          '',
-          '-- custom plan (LIMIT known):',
-          ...custom,
-          '',
-          '-- generic plan (what a prepared statement gets after 5 runs):',
-          ...generic,
-        ];
-      } finally {
-        await runner.release();
-      }
-    }
-    const { mysqlDialect } = loadLibModule<typeof import('../lib/sql/dialects/mysql.js')>('sql/dialects/mysql.ts');
-    const statement = mysqlDialect(parseTableName(table)).purgeBatch(batch);
-    const rows = (await this.dataSource.query(`EXPLAIN ${statement.sql}`, [...statement.params])) as Array<Record<string, unknown>>;
-    return [
-      statement.sql,
-      '',
-      ...rows.map((row) =>
-        Object.entries(row)
-          .map(([k, v]) => `${k}=${v === null ? 'NULL' : String(v)}`)
-          .join(' '),
-      ),
-    ];
-  }
-
   /** Free bytes on the file system of the database's data directory (the same machine). */
   async freeBytes(): Promise<number> {
     const rows = (await this.dataSource.query(this.kind === 'postgres' ? 'SHOW data_directory' : 'SELECT @@datadir AS d')) as Array<

@@ -9,7 +9,7 @@
  *   node -r ./test/support/ts-require.js bench/scale.ts [--stores postgres,mariadb,redis]
  *     [--sizes 0,1000000,10000000] [--mariadb-sizes ...] [--redis-sizes 0,1000000]
  *     [--ops 2000] [--rounds 3] [--big-body-records 100000] [--purge-expired 1000000]
- *     [--purge-live 1000000] [--window-ms 5000] [--redis-expiry] [--out bench/results/scale.json]
+ *     [--purge-live 1000000] [--window-ms 5000] [--out bench/results/scale.json]
  *
  * Each run works in its own tables (`bench_scale_<pid>*`) and Redis prefix
  * (`bench:scale:<pid>:`) and drops them at the end.
@@ -20,7 +20,7 @@ import { dirname, resolve } from 'node:path';
 import { numberArg, stringArg } from './args.js';
 import { describeLib } from './lib.js';
 import { measureLatency, warmUp, type LatencyRun, type Workload } from './scale-measure.js';
-import { redisExpiry, sqlPurge } from './scale-purge.js';
+import { sqlPurge } from './scale-purge.js';
 import { RedisTarget } from './scale-redis.js';
 import { renderReport, type ScaleReport, type SizeFigures, type StoreFigures } from './scale-report.js';
 import { populationKey, SqlTarget, type SqlKind, type TableBytes } from './scale-sql.js';
@@ -42,8 +42,6 @@ const config = {
   purgeExpired: numberArg('purge-expired', 1_000_000),
   purgeLive: numberArg('purge-live', 1_000_000),
   windowMs: numberArg('window-ms', 5_000),
-  // Experimental (bench/README.md, "The scale run"): its end is not yet detected reliably.
-  redisExpiry: process.argv.includes('--redis-expiry'),
   out: resolve(stringArg('out', 'bench/results/scale.json')),
   postgresUrl: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
   mariadbUrl: process.env.MARIADB_URL ?? 'mysql://root@127.0.0.1:3306/test',
@@ -196,14 +194,13 @@ async function runRedis(started: (figures: StoreFigures) => void, save: () => vo
       replayKey: size > 0 ? () => populationKey('live:', Math.floor(Math.random() * size)) : undefined,
     });
     let filled = 0;
-    let fillRate = 100_000;
     const memoryBefore = await target.usedMemory();
     for (const size of config.redisSizes) {
       const entry: SizeFigures = { size, empty: [], filled: [] };
       if (size > filled) {
         log(`redis: filling ${filled} -> ${size}`);
         entry.fillMs = await target.fill(prefix, 'live:', raw, filled, size);
-        entry.fillRowsPerSecond = fillRate = Math.round(((size - filled) / entry.fillMs) * 1000);
+        entry.fillRowsPerSecond = Math.round(((size - filled) / entry.fillMs) * 1000);
         filled = size;
       }
       if (size > 0) {
@@ -262,11 +259,6 @@ async function runRedis(started: (figures: StoreFigures) => void, save: () => vo
         },
       });
       await target.deletePrefix(bigPrefix);
-    }
-    if (config.redisExpiry && config.purgeExpired > 0) {
-      log('redis: expiry test');
-      figures.expiry = await redisExpiry(target, store, prefix, raw, config.purgeExpired, fillRate, config.windowMs);
-      log(`redis: expiry ${figures.expiry.keysPerSecond} keys/s, claims p99 ×${figures.expiry.p99Ratio}`);
     }
   } finally {
     await target.deletePrefix(prefix).catch(() => undefined);

@@ -15,12 +15,6 @@ export interface BenchStoreOptions {
   mariadbUrl?: string;
   /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
   runId: string;
-  /**
-   * Records kept by the memory store. The replay key is stored just before its run and
-   * nothing else is added during it, so eviction never removes it.
-   * @default the store's own default (10000)
-   */
-  memoryMaxEntries?: number;
 }
 
 /** A store under test, its call counter and what its backend saw (commands, queries). */

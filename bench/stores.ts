@@ -11,6 +11,7 @@ import {
   postgresFloor,
   redisFloor,
   type FloorMysqlPool,
+  type FloorName,
   type FloorPgPool,
 } from './floors.js';
 import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
@@ -28,8 +29,17 @@ export type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js'
  */
 export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb', 'prisma', 'drizzle', 'node-redis'];
 
-/** The stores on a SQL database (left out of the makeIdempotent case, as TypeORM's are). */
-export const SQL_STORES: readonly StoreName[] = ['typeorm', 'mariadb', 'prisma', 'drizzle'];
+/** The floor each library store is measured against (the same kind of client or pool, the same database). */
+export const FLOOR_OF: Record<StoreName, FloorName> = {
+  memory: 'floor-memory',
+  redis: 'floor-redis',
+  redisNear: 'floor-redis',
+  'node-redis': 'floor-redis',
+  typeorm: 'floor-postgres',
+  prisma: 'floor-postgres',
+  drizzle: 'floor-postgres',
+  mariadb: 'floor-mariadb',
+};
 
 /**
  * True when the lib under test (this tree's, or BENCH_LIB's) has the store's entry
@@ -60,7 +70,8 @@ export async function openStores(names: readonly StoreName[], options: BenchStor
 export async function openStore(name: StoreName, options: BenchStoreOptions): Promise<BenchStore> {
   switch (name) {
     case 'memory': {
-      const store = new CountingStore(new (loadLib().MemoryIdempotencyStore)({ maxEntries: options.memoryMaxEntries }));
+      // The store's default bound (10 000): the replay key is stored just before its run, so eviction never removes it.
+      const store = new CountingStore(new (loadLib().MemoryIdempotencyStore)());
       return {
         name,
         store,
@@ -131,13 +142,12 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
         }
       : {}),
   };
-  const prefix = near ? `bench:${options.runId}:near:` : `bench:${options.runId}:`;
-  const redisStore = new RedisIdempotencyStore(counted as never, near ? { prefix, nearCache: true } : { prefix });
-  const floorPrefix = `bench:${options.runId}:floor:`;
+  const base = `bench:${options.runId}:`;
+  const redisStore = new RedisIdempotencyStore(counted as never, near ? { prefix: `${base}near:`, nearCache: true } : { prefix: base });
   const close = async () => {
     await redisStore.close?.();
-    await deleteByPrefix(client, prefix);
-    if (!near) await deleteByPrefix(client, floorPrefix);
+    // The run's keys: the store's, the floor's, the near cache's (and the peer's, in bench/peers/app.ts).
+    await deleteByPrefix(client, base);
     await client.quit();
   };
   if (near) {
@@ -161,7 +171,7 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
     store: new CountingStore(redisStore),
     backendCalls: () => commands,
     // The floor of both Redis variants, on the plain store's client.
-    ...(near ? {} : { floor: { name: 'floor-redis' as const, backend: redisFloor(client, floorPrefix) } }),
+    ...(near ? {} : { floor: { name: 'floor-redis' as const, backend: redisFloor(client, `${base}floor:`) } }),
     close,
   };
 }

@@ -9,10 +9,10 @@
 import { PEERS_DIR } from './nest11.js';
 import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post, type INestApplication, type Type } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
 import { join } from 'node:path';
-import { deleteByPrefix } from '../harness.js';
-import { loadLib, loadLibModule } from '../lib.js';
+import { charge, listen, TTL, type ChargeBody } from '../app.js';
+import { loadLib } from '../lib.js';
+import { openStore } from '../stores.js';
 
 export interface PeersAppConfig {
   platform: 'express' | 'fastify';
@@ -29,66 +29,19 @@ export type PeersChildMessage =
   | { id: number; type: 'cpu'; cpuMicros: number }
   | { id: number; type: 'closed' };
 
-/** Retention of bench records on both sides: long enough for one bench. */
-const TTL = 10 * 60 * 1000;
-
-interface ChargeBody {
-  amount: number;
-}
-
-/** The same handler as bench/app.ts: a little real work, a small JSON answer. */
-function charge(body: ChargeBody, counter: { n: number }): { id: string; amount: number; status: string } {
-  return { id: `ch_${++counter.n}`, amount: body.amount, status: 'succeeded' };
-}
-
 function peerRequire<T>(name: string): T {
   return require(require.resolve(name, { paths: [PEERS_DIR] })) as T;
-}
-
-/** Waits until the near cache answers (its tracking proven), so that it is measured on and not while it switches on. */
-async function nearCacheOn(store: import('../../lib/redis/index.js').RedisIdempotencyStore): Promise<void> {
-  await store.verify();
-  const deadline = Date.now() + 5_000;
-  while (!store.nearCacheStats()?.enabled) {
-    if (Date.now() > deadline) throw new Error('the near cache did not switch on within 5 s');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 async function start(config: PeersAppConfig): Promise<{ app: INestApplication; close: () => Promise<void> }> {
   const lib = loadLib();
   const peer = peerRequire<Record<string, any>>('@node-idempotency/nestjs');
   const prefix = `bench:${config.runId}:`;
-  const closers: Array<() => Promise<void>> = [];
 
-  let store: InstanceType<typeof lib.MemoryIdempotencyStore> | import('../../lib/core/index.js').IdempotencyStore;
-  if (config.store === 'redis' || config.store === 'redisNear') {
-    const near = config.store === 'redisNear';
-    const { Redis } = await import('ioredis');
-    const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../../lib/redis/index.js')>('redis/index.ts');
-    // As bench/stores.ts creates it, so that both benches measure the same client.
-    const client = new Redis(config.redisUrl, {
-      ...recommendedRedisOptions(),
-      enableAutoPipelining: config.autoPipelining,
-      lazyConnect: true,
-    });
-    client.on('error', () => undefined);
-    await client.connect();
-    // The near cache's records under their own prefix, as in bench/stores.ts.
-    const redisStore = new RedisIdempotencyStore(
-      client,
-      near ? { prefix: `${prefix}ours-near:`, nearCache: true } : { prefix: `${prefix}ours:` },
-    );
-    store = redisStore;
-    closers.push(async () => {
-      await redisStore.close();
-      await deleteByPrefix(client, prefix);
-      await client.quit();
-    });
-    if (near) await nearCacheOn(redisStore);
-  } else {
-    store = new lib.MemoryIdempotencyStore();
-  }
+  // This library's store as `npm run bench` opens it (bench/stores.ts; the near cache on before it is measured). Its
+  // close removes every key under `bench:<runId>:`, the peer's too.
+  const opened = await openStore(config.store, { runId: config.runId, redisUrl: config.redisUrl, autoPipelining: config.autoPipelining });
+  const store = opened.store.inner;
 
   const counter = { n: 0 };
   const { Idempotent } = lib;
@@ -134,19 +87,12 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
   })
   class PeersBenchModule {}
 
-  let app: INestApplication;
-  if (config.platform === 'fastify') {
-    const { FastifyAdapter } = await import('@nestjs/platform-fastify');
-    app = await NestFactory.create(PeersBenchModule, new FastifyAdapter() as never, { logger: false });
-  } else {
-    app = await NestFactory.create(PeersBenchModule, { logger: false });
-  }
-  await app.listen(0, '127.0.0.1');
+  const app = await listen(PeersBenchModule, config.platform);
   return {
     app,
     close: async () => {
       await app.close();
-      for (const close of closers) await close().catch(() => undefined);
+      await opened.close().catch(() => undefined);
     },
   };
 }

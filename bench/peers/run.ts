@@ -22,7 +22,7 @@ import { dirname, join, resolve } from 'node:path';
 import { parseFlags, sharedFlags, type SharedOptions } from '../args.js';
 import { writeCharts } from '../chart.js';
 import { forkReady, IpcChild, replaceBetweenMarkers, ROOT } from '../harness.js';
-import { BODY, cannon, sampleOf, type RunSample } from '../run.js';
+import { cannon, sampleOf, storeReplayed, type RunSample } from '../load.js';
 import { describeLib } from '../lib.js';
 import { median, round } from '../stats.js';
 import type { PeersAppConfig, PeersChildMessage } from './app.js';
@@ -96,12 +96,7 @@ export function parseArgs(argv: string[]): PeersOptions {
     '--cases': (value) => (options.cases = list('--cases', value(), ['first', 'replay'] as const)),
     '--report': (value) => (options.report = resolve(value())),
     '--help': () => {
-      process.stdout.write(
-        'npm run bench:peers -- [--platform express|fastify|both] [--stores memory,redis,redisNear] [--cases first,replay]\n' +
-          '  [--duration s (2)] [--rounds n (5)] [--connections n (50)] [--redis-url url] [--auto-pipelining] [--out file] [--no-docs]\n' +
-          '  [--report file.json]   only re-render the report (and the docs) from an earlier run\n' +
-          '  BENCH_LIB=<dir> measures another copy of lib/ (and never updates the docs)\n',
-      );
+      process.stdout.write('npm run bench:peers -- [options]: bench/README.md lists them.\n');
       process.exit(0);
     },
   });
@@ -212,15 +207,7 @@ async function runOne(
       for (const c of options.cases) {
         for (const side of sides) {
           const key = c === 'first' ? 'unique' : `replay-${runId}-${platform}-${store}-${side}-${round}`;
-          if (c === 'replay') {
-            const stored = await fetch(`http://127.0.0.1:${app.port}${paths[side]}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json', 'idempotency-key': key },
-              body: BODY,
-            });
-            if (stored.status !== 201)
-              throw new Error(`${side} ${paths[side]} answered ${stored.status} to the request that stores the replayed key`);
-          }
+          if (c === 'replay') await storeReplayed(app.port, paths[side], key);
           const sample = await measure(paths[side], key);
           const bareAfter = await measure('/bare', 'unique');
           log(

@@ -1,15 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  baselineOf,
-  checkTargets,
-  markdownReport,
-  measureOrder,
-  parseArgs,
-  runBench,
-  type BenchResult,
-  type RunSample,
-} from '../../bench/run.js';
+import type { RunSample } from '../../bench/load.js';
+import { checkTargets, markdownReport, type BenchResult } from '../../bench/report.js';
+import { baselineOf, measureOrder, parseArgs, runBench } from '../../bench/run.js';
 
 // The pieces of `npm run bench` on one tiny case: the app child starts, autocannon
 // drives it, store calls are counted, and the report has its shape. No timing is

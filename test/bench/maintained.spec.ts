@@ -106,14 +106,6 @@ describe('npm run bench:loop', () => {
   }, 60_000);
 });
 
-describe('npm run bench:postgres', () => {
-  it('measures each operation and variant once on PostgreSQL', async () => {
-    const out = await npmRun('bench:postgres', ['--ops', '40', '--concurrency', '4', '--rounds', '1']);
-    expect(out).toContain('| operation | variant | round | operations / s | app CPU µs / op | PostgreSQL CPU µs / op |');
-    for (const row of ['| claim + complete | prepared (default) | 1 |', '| replay | floor (by hand) | 1 |']) expect(out).toContain(row);
-  }, 60_000);
-});
-
 describe('npm run bench:profile-diff', () => {
   it('profiles the memory store beside its floor, one short round each', async () => {
     const out = join(dir, 'diff.md');
