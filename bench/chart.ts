@@ -8,9 +8,8 @@
  * first execution and replay, per platform: this library, its floor (the same handler
  * doing by hand the round trips the protocol needs: variants `floor-*` of
  * bench/run.ts, when the run has them) and the peer (bench/results/peers.json, where
- * it ran on the same store). `bench-latency.svg`: the p50 a first execution adds at few
- * connections (the latency case), library and floor. Rendered headless (vega's SVG
- * renderer needs no canvas), so a run can redraw them.
+ * it ran on the same store). Rendered headless (vega's SVG renderer needs no canvas), so a
+ * run can redraw them. (The latency case's figures are the table's last column.)
  */
 import { mkdirSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -18,16 +17,12 @@ import { pathToFileURL } from 'node:url';
 
 /** The fields of bench/results/latest.json (BenchResult of bench/run.ts) that the charts read. */
 interface CaseFigures {
-  p50Ms: number;
-  p50Ratio: number;
   addedCpuMicrosPerRequest: number;
-  /** Added p50 over the bare runs around it, ms, when the run records it (else derived from p50 and its ratio). */
-  addedP50Ms?: number;
 }
 interface LatestJson {
   generatedAt: string;
   machine: { node: string; cpus: number; loadAverageAtStart: number[] };
-  options: { connections: number; latencyConnections: number; duration: number; rounds: number };
+  options: { connections: number; duration: number; rounds: number };
   http: Partial<Record<PlatformKey, { cases: Partial<Record<string, Record<string, CaseFigures | undefined>>> }>>;
 }
 /** The fields of bench/results/peers.json (PeersResult of bench/peers/run.ts) that the charts read. */
@@ -145,33 +140,13 @@ export function peerBars(peers: PeersJson): Bar[] {
   return bars;
 }
 
-/** The bars of bench-latency.svg: added p50 ms of a first execution in the latency case (few connections). */
-export function latencyBars(latest: LatestJson): Bar[] {
-  const bars: Bar[] = [];
-  // The run keeps the median p50 and the median p50 ratio to the bare runs around it: p50 − p50 ÷ ratio is the added p50.
-  const added = (x: CaseFigures) => x.addedP50Ms ?? x.p50Ms - x.p50Ms / x.p50Ratio;
-  for (const [platform, result] of Object.entries(latest.http) as [PlatformKey, PlatformCases][]) {
-    const byVariant = result.cases.latency;
-    if (!byVariant) continue;
-    for (const s of STORES) {
-      const ours = byVariant[s.variant];
-      if (!ours) continue;
-      const base = { platform: PLATFORM_LABEL[platform], case: 'latency', store: s.label };
-      const floor = byVariant[s.floor];
-      bars.push(bar(base, 'this library', added(ours), 0.01, floor && added(floor)));
-      if (floor) bars.push(bar(base, 'floor (by hand)', added(floor), 0.01));
-    }
-  }
-  return bars;
-}
-
-/** The subtitle lines that date a run and say its load (the connections, unless the chart gives its own). */
-function runLines(command: string, run: LatestJson | PeersJson, connections?: string): string[] {
+/** The subtitle lines that date a run and say its load. */
+function runLines(command: string, run: LatestJson | PeersJson): string[] {
   const o = run.options;
   return [
     `${command}, ${run.generatedAt.slice(0, 16).replace('T', ' ')} UTC · Node ${run.machine.node} · ${run.machine.cpus} CPUs, ` +
       `load at start ${run.machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(' ')}`,
-    `${connections ?? `${o.connections} connections`} · ${o.duration} s × ${o.rounds} interleaved rounds, medians · ` +
+    `${o.connections} connections · ${o.duration} s × ${o.rounds} interleaved rounds, medians · ` +
       'each bar against the bare handler measured just before and after it',
   ];
 }
@@ -270,17 +245,6 @@ export async function writeCharts(resultsDir: string, outDir: string): Promise<s
     await write(
       'bench-ratios.svg',
       barSpec(cpu, 'App CPU each store adds per request over the bare handler (lower is better)', subtitle, 'µs per request', true),
-    );
-  }
-
-  const latency = latencyBars(latest);
-  if (latency.length) {
-    const n = latest.options.latencyConnections;
-    const connections = `${n} connection${n === 1 ? '' : 's'}`;
-    const subtitle = [...runLines('npm run bench', latest, `${connections}, so nothing queues`), floorLine(latency)];
-    await write(
-      'bench-latency.svg',
-      barSpec(latency, `p50 latency a first execution adds, ${connections} (lower is better)`, subtitle, 'ms added', false),
     );
   }
 
