@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { DataSource, type DataSourceOptions } from 'typeorm';
-import { IdempotencyRecordEntity } from '../../lib/typeorm/index.js';
+import { idempotencyEntities } from '../../lib/typeorm/index.js';
 import type { SampleAppConfig } from './config.js';
 import { Account, ENTITIES, InventoryItem } from './entities.js';
 
@@ -12,11 +12,11 @@ export const DEMO_SKUS = ['sku_mug', 'sku_tee', 'sku_cap'] as const;
 /**
  * PostgreSQL when `DATABASE_URL` is set, otherwise SQLite embedded in the process
  * (sql.js, pure WebAssembly: nothing to install or run). `synchronize` keeps the sample
- * short; a real service runs migrations, including `CreateIdempotencyRecords1700000000000`.
+ * short; a real service runs migrations, including `CreateIdempotencyTables1700000000000`.
  */
 export function dataSourceOptions(config: SampleAppConfig): DataSourceOptions {
-  // The records table of runIdempotentTransaction lives beside the business tables.
-  const entities = [...ENTITIES, IdempotencyRecordEntity];
+  // The tables of runIdempotentTransaction (records, steps, outbox) live beside the business tables.
+  const entities = [...ENTITIES, ...idempotencyEntities];
   if (config.databaseUrl) {
     return { type: 'postgres', url: config.databaseUrl, schema: config.databaseSchema, entities, synchronize: true, poolSize: 10 };
   }

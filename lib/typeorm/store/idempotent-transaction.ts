@@ -59,7 +59,7 @@ export interface IdempotentTransactionResult<T> {
  * come back as themselves); a result that cannot be copied (a function, a stream) is
  * stored as not replayable, and duplicates get `IdempotencyNotReplayableError`.
  *
- * Do every write of the work through `manager` (or `getIdempotentEntityManager()`): writes
+ * Do every write of the work through `manager` (or `getIdempotentTransaction()`): writes
  * through the DataSource run outside the transaction, and may wait for a pool connection
  * held by a blocked duplicate.
  *
