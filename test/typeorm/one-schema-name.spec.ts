@@ -211,6 +211,16 @@ describe('one entities array and one migration for every idempotency table, on M
   });
 });
 
+describe('the factories refuse what TypeORM could not order or name', () => {
+  it('createIdempotencyTablesMigration wants 13-digit epoch ms; both factories want a valid table name', () => {
+    expect(() => createIdempotencyTablesMigration({ timestamp: 173500000000 })).toThrow(IdempotencyConfigurationError);
+    expect(() => createIdempotencyTablesMigration({ timestamp: 1735000000000.5 })).toThrow(/13-digit epoch ms/);
+    expect(new (createIdempotencyTablesMigration({ timestamp: 1735000000000 }))().name).toBe('CreateIdempotencyTables1735000000000');
+    expect(() => createIdempotencyTablesMigration({ tableName: 'bad name' })).toThrow(IdempotencyConfigurationError);
+    expect(() => createIdempotencyEntities({ tableName: 'a.b.c' })).toThrow(IdempotencyConfigurationError);
+  });
+});
+
 describe('the same names on SQLite (sql.js), which has no outbox', () => {
   it('synchronize with ...idempotencyEntities and the migration both give a store whose boot check passes', async () => {
     const synced = await createSqljsDataSource({ entities: [...idempotencyEntities], synchronize: true });
