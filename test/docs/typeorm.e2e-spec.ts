@@ -16,7 +16,7 @@ import { buildPageApps, cleanUpDocApps, installedPackage, requestJson, root, sta
  * DataSource of its own (`mariadb`), each built by `tsc` with getting-started's
  * tsconfig.json from the page's own files, started with `node dist/main.js`, and sent the
  * page's curl commands, concurrent duplicates and a reused key on the real servers. Then
- * the warning beside the page's first store snippet (IdempotencyRecordEntity with
+ * the warning beside the page's first store snippet (idempotencyEntities with
  * `synchronize` on MySQL / MariaDB), checked on the real MariaDB with the package the apps
  * are built against (so `DOCS_LIB_REF` chooses it for both).
  *
@@ -155,26 +155,33 @@ describe('docs/typeorm.md, built and run as a user would', () => {
     await stopApp(app);
   });
 
-  describe('the warning beside the first store snippet (IdempotencyRecordEntity with synchronize, on MariaDB)', () => {
+  describe('the warning beside the first store snippet (idempotencyEntities with synchronize, on MariaDB)', () => {
     let pkg: typeof Root;
     let IdempotencyRecordEntity: typeof TypeOrmEntry.IdempotencyRecordEntity;
     let TypeOrmIdempotencyStore: typeof TypeOrmEntry.TypeOrmIdempotencyStore;
     /** The steps table's entity, which the page registers beside the records one (once the package exports it). */
     let IdempotencyStepEntity: Function | undefined;
+    /** What the page registers, once the package exports it: every table of the store. */
+    let idempotencyEntities: readonly Function[] | undefined;
     let previous: DataSource | undefined;
     // The repository's build of the package (the spec's own TypeORM must see its entities), made once per lib/ by the first suite that needs it.
     beforeAll(async () => {
       const dist = join(await installedPackage(), 'node_modules', 'nestjs-idempotency', 'dist', 'cjs');
       pkg = require(join(dist, 'index.js')) as typeof Root;
-      const typeorm = require(join(dist, 'typeorm', 'index.js')) as typeof TypeOrmEntry & { IdempotencyStepEntity?: Function };
-      ({ IdempotencyRecordEntity, TypeOrmIdempotencyStore, IdempotencyStepEntity } = typeorm);
+      const typeorm = require(join(dist, 'typeorm', 'index.js')) as typeof TypeOrmEntry & {
+        IdempotencyStepEntity?: Function;
+        idempotencyEntities?: readonly Function[];
+      };
+      ({ IdempotencyRecordEntity, TypeOrmIdempotencyStore, IdempotencyStepEntity, idempotencyEntities } = typeorm);
     }, 300_000);
     const synced = async (): Promise<DataSource> => {
       await previous?.destroy();
       previous = new DataSource({
         ...mariadbConnection,
         database: syncDatabase,
-        entities: [IdempotencyRecordEntity, ...(IdempotencyStepEntity ? [IdempotencyStepEntity] : [])],
+        entities: idempotencyEntities
+          ? [...idempotencyEntities]
+          : [IdempotencyRecordEntity, ...(IdempotencyStepEntity ? [IdempotencyStepEntity] : [])],
         synchronize: true,
         poolSize: 2,
       });
