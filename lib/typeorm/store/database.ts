@@ -4,7 +4,7 @@ import { isConnectionLoss } from '../../sql/failures.js';
 import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../../sql/port.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
 import { dialectOf } from '../dialect.js';
-import { discardRunnerConnection } from './connection-discard.js';
+import { discardRunnerConnection, freeStuckSlotsOf } from './connection-discard.js';
 import { withOwnConnection } from './lock-holder.js';
 import { sqlExecutorOf, withRunner } from './sql-executor.js';
 
@@ -29,6 +29,8 @@ class TypeOrmDatabase implements SqlDatabase<TypeOrmTransaction> {
     const dataSource = this.identity;
     // SQLite: the single connection, under the mutex (or the transaction's, when inside one).
     if (dialectOf(dataSource) === 'sqlite') return withRunner(dataSource, 'sqlite', (runner) => fn(connectionOn(dataSource, runner)));
+    // MySQL / MariaDB with every slot taken: the connections stuck opening are freed first (connection-discard.ts).
+    freeStuckSlotsOf(dataSource);
     return withOwnConnection(dataSource, (runner) => fn(connectionOn(dataSource, runner)), deadline);
   }
 
@@ -37,6 +39,7 @@ class TypeOrmDatabase implements SqlDatabase<TypeOrmTransaction> {
     fn: (tx: TypeOrmTransaction) => Promise<T>,
     deadline?: ConnectionDeadline,
   ): Promise<T> {
+    freeStuckSlotsOf(this.identity);
     return withOwnConnection(this.identity, (runner) => transactionOn(this.identity, runner, isolation, fn, deadline), deadline);
   }
 }

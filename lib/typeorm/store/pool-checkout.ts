@@ -2,7 +2,7 @@ import { onDeadline, type DeadlineSignal } from '../../sql/deadline-signal.js';
 import type { DataSource } from 'typeorm';
 import type { MysqlPool, PgPool, PgQueryable } from '../internals.js';
 import type { SqlResult, Statement } from '../../sql/statement.js';
-import { discardConnecting, discardConnection } from './connection-discard.js';
+import { discardConnecting, discardConnection, discardOpeningMysqlConnections, freeStuckMysqlSlots } from './connection-discard.js';
 import { runMysqlStatement } from './mysql-statement.js';
 import { runPgStatement } from './pg-statement.js';
 
@@ -59,16 +59,28 @@ export async function runMysqlStatementDiscarding(
   statement: Statement,
   signal: DeadlineSignal,
 ): Promise<SqlResult> {
-  const connection = await new Promise<MysqlPoolConnection>((resolve, reject) => {
-    (pool as unknown as { getConnection(cb: (error: Error | null, connection: MysqlPoolConnection) => void): void }).getConnection(
-      (error, connection) => (error ? reject(error) : resolve(connection)),
-    );
-  });
+  // Every slot taken: those stuck opening are freed first; a checkout past the deadline frees them too (connection-discard.ts).
+  freeStuckMysqlSlots(pool);
+  const stopCheckout = onDeadline(signal, () => discardOpeningMysqlConnections(pool));
+  let connection: MysqlPoolConnection;
+  try {
+    connection = await new Promise<MysqlPoolConnection>((resolve, reject) => {
+      (pool as unknown as { getConnection(cb: (error: Error | null, connection: MysqlPoolConnection) => void): void }).getConnection(
+        (error, connection) => (error ? reject(error) : resolve(connection)),
+      );
+    });
+  } finally {
+    stopCheckout();
+  }
   if (signal.aborted) {
     connection.release();
     throw signal.reason;
   }
-  const stopWatching = onDeadline(signal, () => discardConnection(dataSource, connection));
+  const stopWatching = onDeadline(signal, () => {
+    discardConnection(dataSource, connection);
+    // A statement that got no answer: a connection still opening on the same path gets none either.
+    discardOpeningMysqlConnections(pool);
+  });
   try {
     return await runMysqlStatement(dataSource, connection, statement);
   } finally {
