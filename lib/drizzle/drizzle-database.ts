@@ -6,16 +6,13 @@ import {
   drizzleDriverOf,
   isDrizzleDatabase,
   isDrizzleTransaction,
-  pgClientsOf,
   type DrizzleDriver,
   type MysqlQueryable,
-  type PgEventSource,
-  type PgPool,
   type PgQueryable,
 } from './drizzle-internals.js';
 import { runMysqlStatement, runPgStatement } from './statement-runners.js';
 import { runMysqlStatementDiscarding, runPgStatementDiscarding } from './pool-checkout.js';
-import { discardPgClient } from '../sql/pg-pool.js';
+import { discardPgClient, guardPgPool } from '../sql/pg-pool.js';
 import { onDeadline, type DeadlineSignal } from '../sql/deadline-signal.js';
 
 /** A Drizzle database as the store sees it: something with `transaction(fn, config)`. */
@@ -52,7 +49,8 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
     private readonly driver: DrizzleDriver,
   ) {
     this.dialect = driver.dialect;
-    if (driver.dialect === 'postgres' && driver.pool) guardPgClientErrors(driver.pool);
+    // Connection errors of the pool (an idle client, or one checked out) must not kill the process (sql/pg-pool.ts).
+    if (driver.dialect === 'postgres' && driver.pool) guardPgPool(driver.pool);
   }
 
   /** The port of `db`; refuses anything but a Drizzle database on node-postgres or mysql2. */
@@ -205,25 +203,3 @@ export class DrizzleSqlDatabase implements SqlDatabase<DrizzleSqlTransaction> {
 }
 
 const cache = new WeakMap<object, DrizzleSqlDatabase>();
-
-/**
- * node-postgres reports a connection the server dropped (`pg_terminate_backend`, a
- * failover) as an 'error' event on the client; a checked-out client has no listener of
- * the pool's, so the event would kill the process (the reliability harness found it with
- * TypeORM). The query in flight rejects by itself and the pool discards the broken
- * client on release, so a listener that ignores the event is all that is needed.
- */
-function guardPgClientErrors(pool: PgPool): void {
-  if (guardedPools.has(pool)) return;
-  guardedPools.add(pool);
-  for (const client of pgClientsOf(pool)) guardClient(client);
-  pool.on('connect', guardClient);
-}
-
-const guardedPools = new WeakSet<PgPool>();
-
-function guardClient(client: PgEventSource): void {
-  if (!client.listeners('error').includes(ignoreClientError)) client.on('error', ignoreClientError);
-}
-
-function ignoreClientError(): void {}

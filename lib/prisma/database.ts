@@ -1,6 +1,6 @@
 import type { ConnectionDeadline, IdempotentIsolationLevel, SqlConnection, SqlDatabase, SqlTransaction } from '../sql/port.js';
 import { onDeadline, type DeadlineSignal } from '../sql/deadline-signal.js';
-import { discardStuckPrismaPgClients, prismaPgPoolOf } from './pg-pool-of.js';
+import { discardStuckPrismaPgClients, guardPrismaPgPools, prismaPgPoolOf } from './pg-pool-of.js';
 import { isConnectionLoss } from '../sql/failures.js';
 import { answersRows, type SqlResult, type Statement } from '../sql/statement.js';
 import type { PrismaClientLike, PrismaProvider, PrismaTransactionClientLike, PrismaTransactionOptions } from './prisma-client.js';
@@ -37,6 +37,8 @@ export class PrismaDatabase implements SqlDatabase<PrismaTransaction> {
     private readonly provider: PrismaProvider,
     private readonly options: PrismaTransactionOptions,
   ) {
+    // Connection errors of the pg pool under the adapter must not kill the process (pg-pool-of.ts).
+    if (provider === 'postgresql') guardPrismaPgPools(identity);
     this.pgPool = provider === 'postgresql' ? prismaPgPoolOf(identity) : undefined;
     this.discardsStuckConnections = this.pgPool !== undefined;
   }

@@ -1,4 +1,4 @@
-import { discardConnectingPgClients, discardPgClient } from '../sql/pg-pool.js';
+import { discardConnectingPgClients, discardPgClient, guardPgPool } from '../sql/pg-pool.js';
 
 /**
  * The node-postgres pool under a Prisma client, and how a connection it holds is destroyed
@@ -56,4 +56,39 @@ export function discardStuckPrismaPgClients(pool: PgPoolLike, sql: readonly stri
     if (checkedOutAt !== undefined && checkedOutAt <= before) discardPgClient(pgClient);
   }
   discardConnectingPgClients(pool);
+}
+
+/** A `PrismaPg` adapter factory, as far as reaching the pool it connects on goes. */
+interface PgAdapterFactory {
+  provider?: unknown;
+  externalPool?: unknown;
+  connect?: (...args: unknown[]) => Promise<unknown>;
+}
+
+const guardedFactories = new WeakSet<object>();
+
+/**
+ * Keeps the connection errors of the pg Pool under `client`'s `PrismaPg` adapter from
+ * killing the process (sql/pg-pool.ts, `guardPgPool`). A pool given to the adapter
+ * (`new PrismaPg(pool)`) is guarded at once. An adapter made on a configuration builds its
+ * pool when Prisma connects: the factory's `connect` is wrapped, once, to guard each pool it
+ * builds (Prisma calls it on its first query and after a `$disconnect()`); a client that
+ * connected before the store was made keeps its unguarded pool until it connects again.
+ */
+export function guardPrismaPgPools(client: object): void {
+  const factory = (client as { _engineConfig?: { adapter?: PgAdapterFactory } })._engineConfig?.adapter;
+  if (!factory || factory.provider !== 'postgres') return;
+  if (factory.externalPool) {
+    guardPgPool(factory.externalPool);
+    return;
+  }
+  const connect = factory.connect;
+  if (typeof connect !== 'function' || guardedFactories.has(factory)) return;
+  guardedFactories.add(factory);
+  factory.connect = async function guardedConnect(this: unknown, ...args: unknown[]) {
+    const adapter = await connect.apply(this, args);
+    const driver = (adapter as { underlyingDriver?: () => unknown } | null)?.underlyingDriver?.();
+    if (driver && Array.isArray((driver as { _clients?: unknown })._clients)) guardPgPool(driver);
+    return adapter;
+  };
 }
