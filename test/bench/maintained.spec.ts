@@ -134,3 +134,19 @@ describe('npm run bench:scale', () => {
     expect(readFileSync(out.replace(/\.json$/, '.md'), 'utf8')).toContain('records / GiB');
   }, 180_000);
 });
+
+describe('npm run bench:outbox', () => {
+  it('measures one staged message per execution on every store, with and without it', async () => {
+    const out = await npmRun('bench:outbox', ['--calls', '10', '--rounds', '1']);
+    const rows = out.split('\n').filter((line) => /^\| [^-]/.test(line) && !line.startsWith('| store'));
+    expect(rows.map((row) => row.split(' | ')[0].slice(2))).toEqual([
+      'memory, makeIdempotent',
+      'Redis, makeIdempotent',
+      'PostgreSQL, makeIdempotent on TypeOrmIdempotencyStore',
+      'PostgreSQL, runIdempotentTransaction',
+      'MariaDB, makeIdempotent on TypeOrmIdempotencyStore',
+      'MariaDB, runIdempotentTransaction',
+    ]);
+    for (const row of rows) expect(row).toMatch(/\| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \([+-]\d+ %\) \|$/);
+  }, 120_000);
+});
