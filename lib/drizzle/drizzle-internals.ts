@@ -112,8 +112,3 @@ export function isDrizzleDatabase(db: unknown): boolean {
   const kinds = entityKindsOf(db);
   return kinds.some((kind) => kind.endsWith('Database') || kind.endsWith('Transaction'));
 }
-
-/** The clients a pg pool holds right now (`pool._clients`), idle or checked out. */
-export function pgClientsOf(pool: PgPool): readonly PgEventSource[] {
-  return (pool as { _clients?: PgEventSource[] })._clients ?? [];
-}

@@ -112,7 +112,7 @@ export interface IdempotentOptions {
   /**
    * Run the handler and write the record in one database transaction. Needs a store
    * with transactions (`TypeOrmIdempotencyStore`); get the transaction's EntityManager
-   * in the handler with `getIdempotentEntityManager()` from `nestjs-idempotency/typeorm`.
+   * in the handler with `getIdempotentTransaction()` from `nestjs-idempotency/typeorm`.
    * @default false
    */
   transactional?: boolean;

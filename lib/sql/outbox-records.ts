@@ -99,7 +99,7 @@ export class SqlOutbox {
       if (!isMissingTableError(error)) throw error;
       throw new IdempotencyConfigurationError(
         `The outbox table ${this.table} of ${this.owner} does not exist.`,
-        "Create it with the store's ensureTable() or its migration (AddIdempotencyOutbox), where handlers use IdempotencyOutbox.",
+        "Create it with the store's ensureTable() or the migration of every idempotency table (TypeORM: CreateIdempotencyTables1700000000000; Prisma: prismaIdempotencyMigrationSql(); Drizzle: the outbox of idempotencyPgTables() / idempotencyMysqlTables()), where handlers use IdempotencyOutbox.",
         { cause: error },
       );
     }
@@ -127,7 +127,7 @@ export class SqlOutbox {
     } catch (error) {
       throw new IdempotencyConfigurationError(
         `The outbox table ${this.table} of ${this.owner} cannot be read (${(error as Error)?.message ?? String(error)}).`,
-        `Create it: run the store's ensureTable(), or add the AddIdempotencyOutbox migration.`,
+        "Create it with the store's ensureTable() or the migration of every idempotency table (TypeORM: CreateIdempotencyTables1700000000000; Prisma: prismaIdempotencyMigrationSql(); Drizzle: the outbox of idempotencyPgTables() / idempotencyMysqlTables()).",
         { cause: error },
       );
     }

@@ -52,7 +52,7 @@ export class TransactionOutbox implements OutboxHost {
       if (!isMissingTableError(error)) throw error;
       throw new IdempotencyConfigurationError(
         `The outbox table ${statements.quoted} does not exist, so the messages of this transaction cannot be staged.`,
-        "Create it with the store's ensureTable() or its migration (AddIdempotencyOutbox).",
+        "Create it with the store's ensureTable() or the migration of every idempotency table (TypeORM: CreateIdempotencyTables1700000000000; Prisma: prismaIdempotencyMigrationSql(); Drizzle: the outbox of idempotencyPgTables() / idempotencyMysqlTables()).",
         { cause: error },
       );
     }

@@ -36,7 +36,7 @@ import { checkTuning, typeormTransactionParts } from './transaction.js';
  * - Expiry uses the database clock on PostgreSQL and MySQL / MariaDB, so app hosts with skewed clocks agree.
  * - `runTransactional` (used by `@Idempotent({ transactional: true })`) writes the record
  *   in the same transaction as the handler's writes; the handler reaches that
- *   transaction through `getIdempotentEntityManager()`.
+ *   transaction through `getIdempotentTransaction()`.
  *
  * Create the table with `ensureTable()`, the `CreateIdempotencyRecords1700000000000`
  * migration, or by registering `IdempotencyRecordEntity`.
@@ -201,7 +201,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
 
   /**
    * Runs `work` in one transaction with the idempotency record (see
-   * `TransactionalIdempotencyStore`). Inside `work`, `getIdempotentEntityManager()` returns
+   * `TransactionalIdempotencyStore`). Inside `work`, `getIdempotentTransaction()` returns
    * the transaction's `EntityManager`. Errors as `runIdempotentTransaction` reports them.
    */
   runTransactional<T>(request: TransactionalRequest, work: () => Promise<{ value: T; result: string }>): Promise<TransactionalResult<T>> {

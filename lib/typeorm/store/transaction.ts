@@ -64,7 +64,7 @@ export interface TransactionTuning {
 export interface TypeOrmTransactionParts<T> {
   /** Set when the call joins an outer idempotent transaction on the same DataSource. */
   readonly nested: SqlDatabase<TypeOrmTransaction> | undefined;
-  /** The work inside the transaction's context (`getIdempotentEntityManager()`), on its EntityManager. */
+  /** The work inside the transaction's context (`getIdempotentTransaction()`), on its EntityManager. */
   readonly work: (tx: TypeOrmTransaction) => Promise<{ value: T; result: string }>;
 }
 
