@@ -458,7 +458,7 @@ describe('configuration mistakes stop app.init() with the handler and the fix', 
     const table = `missing_records_${process.pid}_${Date.now()}`;
     try {
       await expect(appWith({}, { store: new TypeOrmIdempotencyStore(dataSource, { tableName: table }) })).rejects.toThrow(
-        new RegExp(`${table}.*does not exist.*CreateIdempotencyRecords1700000000000`),
+        new RegExp(`${table}.*does not exist.*CreateIdempotencyTables1700000000000`),
       );
 
       const store = new TypeOrmIdempotencyStore(dataSource, { tableName: table });
