@@ -9,6 +9,8 @@
 // The record store and its transaction path.
 export { DrizzleIdempotencyStore } from './store.js';
 export type { DrizzleIdempotencyStoreOptions, DrizzleTransactionTuning, PurgeResult } from './store-options.js';
+// The store that opens and ends a pool of its own, from a URL.
+export { createDrizzleIdempotencyStore, type OwnedDrizzleIdempotencyStoreOptions, type OwnedDrizzleDialect } from './owned-store.js';
 export type { StoreRequirements } from '../core/store.js';
 export type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 export type { IdempotentIsolationLevel } from '../sql/port.js';

@@ -12,6 +12,7 @@ import type {
   TransactionalRequest,
   TransactionalResult,
 } from '../core/store.js';
+import type { TableFixes } from '../sql/failures.js';
 import { SqlRecords } from '../sql/records.js';
 import { DrizzleSqlDatabase, type DrizzleSqlTransaction } from './drizzle-database.js';
 import { DRIZZLE_STEPS_FIX, DRIZZLE_TABLE_FIXES, recordDialectOf } from './record-dialect.js';
@@ -58,7 +59,7 @@ export class DrizzleIdempotencyStore implements TransactionalIdempotencyStore {
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
     this.records = new SqlRecords(this.database, () => dialect, {
       owner: OWNER,
-      fixes: DRIZZLE_TABLE_FIXES,
+      fixes: this.tableFixes(),
       stepsFix: DRIZZLE_STEPS_FIX,
       maxResponseBytes: options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
       purgeBatchSize: this.purgeBatchSize,
@@ -66,6 +67,15 @@ export class DrizzleIdempotencyStore implements TransactionalIdempotencyStore {
       reporting: options,
       tuning: options,
     });
+  }
+
+  /**
+   * How the messages of a missing or foreign table tell the user to create it (a store that
+   * owns its pool has its own way). Called by the constructor.
+   * @internal
+   */
+  protected tableFixes(): TableFixes {
+    return DRIZZLE_TABLE_FIXES;
   }
 
   /** The quoted table name the store writes to. */

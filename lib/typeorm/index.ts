@@ -7,6 +7,8 @@
 // The record store and its transaction path (store/).
 export { TypeOrmIdempotencyStore } from './store/store.js';
 export type { TypeOrmIdempotencyStoreOptions, PurgeResult } from './store/store-options.js';
+// The store that opens and closes a DataSource of its own, from a URL.
+export { createTypeOrmIdempotencyStore, type OwnedTypeOrmIdempotencyStoreOptions, type OwnedTypeOrmDatabaseType } from './owned-store.js';
 export type { StoreRequirements } from '../core/store.js';
 export type { ClaimedOutbox, OutboxBacklog, OutboxClaimRequest, OutboxSettlement } from '../core/outbox-store.js';
 export {

@@ -16,6 +16,7 @@ import type {
   TransactionalResult,
 } from '../../core/store.js';
 import type { SqlDialect } from '../../sql/dialect.js';
+import type { TableFixes } from '../../sql/failures.js';
 import { DEFAULT_RECORDS_TABLE, parseTableName } from '../../sql/dialects/records-table.js';
 import { SqlRecords } from '../../sql/records.js';
 import { dialectOf } from '../dialect.js';
@@ -60,7 +61,7 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
     this.purgeBatchSize = options.purgeBatchSize ?? 1000;
     this.records = new SqlRecords(typeormDatabaseOf(dataSource), () => this.dialect, {
       owner: 'TypeOrmIdempotencyStore',
-      fixes: TYPEORM_TABLE_FIXES,
+      fixes: this.tableFixes(),
       stepsFix: TYPEORM_STEPS_FIX,
       maxResponseBytes: (size.value as number | undefined) ?? DEFAULT_MAX_RESPONSE_BYTES,
       purgeBatchSize: this.purgeBatchSize,
@@ -74,6 +75,15 @@ export class TypeOrmIdempotencyStore implements TransactionalIdempotencyStore {
       dialectOf(dataSource);
       if (!options.entity) parseTableName(options.tableName ?? DEFAULT_RECORDS_TABLE, defaultSchemaOf(dataSource));
     }
+  }
+
+  /**
+   * How the messages of a missing or foreign table tell the user to create it (a store that
+   * owns its DataSource has its own way). Called by the constructor.
+   * @internal
+   */
+  protected tableFixes(): TableFixes {
+    return TYPEORM_TABLE_FIXES;
   }
 
   /** The quoted table name the store writes to. */
