@@ -40,7 +40,13 @@ export type IdempotencyEventType =
    */
   | 'outbox_sent'
   /** The outbox relay could not send a message (`error`); it is tried again after a back-off (`reason`). */
-  | 'outbox_send_failed';
+  | 'outbox_send_failed'
+  /**
+   * The outbox relay read what waits in its store (`store`), at most every
+   * `outbox.backlogInterval`: `pending` executions, the oldest staged `oldestAgeMs` ago. A
+   * sample, not an occurrence: the metrics listeners keep it as gauges.
+   */
+  | 'outbox_backlog';
 
 /** One outcome of an idempotent execution, as `onEvent` listeners receive it. */
 export interface IdempotencyEvent {
@@ -62,6 +68,15 @@ export interface IdempotencyEvent {
   readonly reason?: string;
   /** For `step_completed` and `step_replayed`: the step's name. */
   readonly step?: string;
+  /**
+   * For `outbox_backlog`: the store read, by its class name (`TypeOrmIdempotencyStore`);
+   * another store of the same class in the module gets `#2`, `#3`, ... in the order its relay started.
+   */
+  readonly store?: string;
+  /** For `outbox_backlog`: executions with messages waiting to be sent. */
+  readonly pending?: number;
+  /** For `outbox_backlog`: ms since the oldest waiting execution was staged; 0 when none waits. */
+  readonly oldestAgeMs?: number;
 }
 
 /** Receives every `IdempotencyEvent` (the module's `onEvent` option). */

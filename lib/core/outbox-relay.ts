@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { IdempotencyConfigurationError } from './errors.js';
 import { checkWholeNumber } from './options.js';
 import { onOutboxStaged } from './outbox.js';
-import type { ClaimedOutbox, IdempotencyOutboxStore, OutboxMessage } from './outbox-store.js';
+import type { ClaimedOutbox, IdempotencyOutboxStore, OutboxBacklog, OutboxMessage } from './outbox-store.js';
 import type { IdempotencyStore } from './store.js';
 
 /** How a relay sends what executions staged (`IdempotencyModule.forRoot({ outbox })`). Durations in ms. */
@@ -41,6 +41,13 @@ export interface OutboxRelayOptions {
    * @default 86400000 (24 h)
    */
   retention?: number;
+  /**
+   * How often, at most, the relay reads its store's backlog (what waits, and since when)
+   * for the `outbox_backlog` event, and so for the backlog metrics; at the end of a round,
+   * after its sends. Only when the module has an `onEvent` listener.
+   * @default 10000
+   */
+  backlogInterval?: number;
 }
 
 /** Sends one message through the application's client, resolving once the broker confirmed it. */
@@ -52,6 +59,11 @@ export interface OutboxRelayReport {
   failed?(message: OutboxMessage, error: unknown, retryAt: number, attempts: number): void;
   /** The store failed to claim or settle: the relay tries again on its next round. */
   storeFailed?(error: unknown): void;
+  /**
+   * What waits in the store, read at most every `backlogInterval` (`readMs`: how long the
+   * store took). Without this callback the relay never reads the backlog.
+   */
+  backlog?(backlog: OutboxBacklog, readMs: number): void;
 }
 
 type Resolved = Required<OutboxRelayOptions>;
@@ -66,6 +78,7 @@ export function resolveRelayOptions(owner: string, options: OutboxRelayOptions =
     claimTtl: options.claimTtl ?? 30_000,
     sendTimeout: options.sendTimeout ?? 10_000,
     retention: options.retention ?? 86_400_000,
+    backlogInterval: options.backlogInterval ?? 10_000,
   };
   for (const [name, value] of Object.entries(resolved)) {
     checkWholeNumber(owner, `outbox.${name}`, value, { unit: name === 'batchSize' ? 'count' : 'ms', min: 1 });
@@ -97,6 +110,8 @@ export class OutboxRelay {
   private unregister: (() => void) | undefined;
   /** When sent messages were last purged (`Date.now()`); 0: not yet. */
   private purgedAt = 0;
+  /** When the backlog was last read (`Date.now()`); 0: not yet, so the first round reads it. */
+  private backlogReadAt = 0;
 
   constructor(
     private readonly store: IdempotencyStore & IdempotencyOutboxStore,
@@ -159,12 +174,30 @@ export class OutboxRelay {
   private async drain(): Promise<boolean> {
     await this.purgeSent();
     const claimed = await this.store.claimOutbox({ owner: this.owner, limit: this.options.batchSize, claimTtl: this.options.claimTtl });
-    if (claimed.length === 0) return false;
     await Promise.all(claimed.map((entry) => this.deliver(entry)));
+    await this.readBacklog();
     return claimed.length >= this.options.batchSize;
   }
 
-  /** Sends one execution's messages in order, from where the last attempt stopped, and settles it. */
+  /**
+   * Reports what waits, at most every `backlogInterval`. Read after the round's sends, so a
+   * message this relay just sent is not counted as waiting until the next read.
+   */
+  private async readBacklog(): Promise<void> {
+    const report = this.report.backlog;
+    if (!report || this.stopped || Date.now() - this.backlogReadAt < this.options.backlogInterval) return;
+    const started = (this.backlogReadAt = Date.now());
+    let backlog: OutboxBacklog;
+    try {
+      backlog = await this.store.outboxBacklog();
+    } catch (error) {
+      // Not the round's failure: what it claimed was sent and settled.
+      this.report.storeFailed?.(error);
+      return;
+    }
+    report(backlog, Date.now() - started);
+  }
+
   /** Purges what was sent longer than `retention` ago, at most once a minute (a batch per round until done). */
   private async purgeSent(): Promise<void> {
     if (!this.store.purgeOutbox || Date.now() - this.purgedAt < Math.min(60_000, this.options.retention)) return;
@@ -174,6 +207,7 @@ export class OutboxRelay {
     if (deleted < limit) this.purgedAt = Date.now();
   }
 
+  /** Sends one execution's messages in order, from where the last attempt stopped, and settles it. */
   private async deliver(entry: ClaimedOutbox): Promise<void> {
     const messages = JSON.parse(entry.messages) as OutboxMessage[];
     let next = entry.next;

@@ -23,6 +23,8 @@ export const DEFAULT_IDEMPOTENCY_LOG_LEVELS: Readonly<Record<IdempotencyEventTyp
   step_replayed: 'debug',
   outbox_sent: 'debug',
   outbox_send_failed: 'warn',
+  // A sample every outbox.backlogInterval, for the metrics: a line each time would be noise.
+  outbox_backlog: false,
 };
 
 export interface IdempotencyLoggerOptions {

@@ -1,6 +1,6 @@
 // Subpath `nestjs-idempotency/opentelemetry`: the only module that imports
 // @opentelemetry/api, so applications that do not trace never load it.
-import { SpanKind, SpanStatusCode, context, trace, type Attributes, type Tracer } from '@opentelemetry/api';
+import { SpanKind, SpanStatusCode, context, metrics, trace, type Attributes, type Meter, type Tracer } from '@opentelemetry/api';
 import type { IdempotencyEvent, IdempotencyEventListener, IdempotencyEventType } from '../core/events.js';
 
 /** Attribute names, stable: dashboards and alerts may rely on them. */
@@ -20,6 +20,16 @@ export const IDEMPOTENCY_ATTRIBUTES = {
   reason: 'idempotency.reason',
   /** The step's name, on the span of each `step_completed` / `step_replayed` (docs/steps.md). */
   step: 'idempotency.step',
+  /** The store whose outbox the backlog gauges measure (the `store` of `outbox_backlog` events). */
+  store: 'idempotency.store',
+} as const;
+
+/** Metric names, stable: the outbox's gauges (docs/outbox.md), attribute `idempotency.store`. */
+export const IDEMPOTENCY_METRICS = {
+  /** Executions whose messages wait to be sent, unit `{execution}`, as the relay last read them. */
+  outboxBacklog: 'idempotency.outbox.backlog',
+  /** Age of the oldest waiting execution, unit `s`; 0 when none waits. */
+  outboxOldestAge: 'idempotency.outbox.oldest_age',
 } as const;
 
 /** Events that mean the store call failed, or the protection was lost. */
@@ -45,6 +55,12 @@ export interface OpenTelemetryListenerOptions {
    * @default true
    */
   annotateActiveSpan?: boolean;
+  /**
+   * Meter of the outbox's observable gauges (`IDEMPOTENCY_METRICS`), created at the first
+   * `outbox_backlog` event: an application without the outbox gets none.
+   * @default metrics.getMeter('nestjs-idempotency') from the global meter provider, looked up then
+   */
+  meter?: Meter;
 }
 
 /**
@@ -52,14 +68,19 @@ export interface OpenTelemetryListenerOptions {
  * gets `idempotency.outcome`, `idempotency.key_hash`, `idempotency.handler`,
  * `idempotency.replayed` and a span event per idempotency event, and each store call
  * gets its own span. Needs a context manager (the Node SDK registers one) for the
- * active span to be the request's span.
+ * active span to be the request's span. The outbox's backlog (`outbox_backlog` events) is
+ * reported as the observable gauges `idempotency.outbox.backlog` and
+ * `idempotency.outbox.oldest_age`, with the attribute `idempotency.store`.
  */
 export function createOpenTelemetryListener(options: OpenTelemetryListenerOptions = {}): IdempotencyEventListener {
   const storeSpans = options.storeSpans ?? true;
   const annotate = options.annotateActiveSpan ?? true;
   // Resolved lazily so a tracer provider registered after the module is configured still counts.
   let tracer = options.tracer;
+  const observeBacklog = outboxGauges(options);
   return (event) => {
+    // A sample of the store read by the relay's timer: no request's span is concerned.
+    if (event.type === 'outbox_backlog') return observeBacklog(event);
     const attributes = attributesOf(event);
     if (annotate) {
       const active = trace.getActiveSpan();
@@ -85,6 +106,33 @@ export function createOpenTelemetryListener(options: OpenTelemetryListenerOption
       }
       span.end(event.at);
     }
+  };
+}
+
+/** Keeps each store's last backlog and reports it on collection; the gauges are made at the first one. */
+function outboxGauges(options: OpenTelemetryListenerOptions): (event: IdempotencyEvent) => void {
+  const backlogs = new Map<string, { pending: number; oldestAgeSeconds: number }>();
+  return (event) => {
+    const first = backlogs.size === 0;
+    backlogs.set(event.store ?? 'unknown', { pending: event.pending ?? 0, oldestAgeSeconds: (event.oldestAgeMs ?? 0) / 1000 });
+    if (!first) return;
+    const meter = options.meter ?? metrics.getMeter('nestjs-idempotency');
+    meter
+      .createObservableGauge(IDEMPOTENCY_METRICS.outboxBacklog, {
+        description: 'Executions whose outbox messages wait to be sent, as the relay last read them.',
+        unit: '{execution}',
+      })
+      .addCallback((result) => {
+        for (const [store, { pending }] of backlogs) result.observe(pending, { [IDEMPOTENCY_ATTRIBUTES.store]: store });
+      });
+    meter
+      .createObservableGauge(IDEMPOTENCY_METRICS.outboxOldestAge, {
+        description: 'Age of the oldest outbox execution waiting to be sent (0 when none waits), as the relay last read it.',
+        unit: 's',
+      })
+      .addCallback((result) => {
+        for (const [store, { oldestAgeSeconds }] of backlogs) result.observe(oldestAgeSeconds, { [IDEMPOTENCY_ATTRIBUTES.store]: store });
+      });
   };
 }
 

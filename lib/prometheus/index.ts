@@ -1,6 +1,6 @@
 // Subpath `nestjs-idempotency/prometheus`: the only module that imports prom-client,
 // so applications that do not use it never load it.
-import { Counter, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
 import type { IdempotencyEventListener } from '../core/events.js';
 
 /** Store-latency buckets, ms: from a local Redis round trip to a struggling database. */
@@ -43,7 +43,11 @@ type EventLabels = 'event' | 'handler';
  *   `completed` (ran and recorded) or `replayed` (an earlier attempt's result returned);
  * - `idempotency_store_latency_seconds{event}`: duration of the store call that led to
  *   the event (`claimed` and `replayed` measure the claim, `completed` the write of
- *   the result, and so on).
+ *   the result, and so on);
+ * - `idempotency_outbox_backlog{store}` and `idempotency_outbox_oldest_age_seconds{store}`:
+ *   gauges of the outbox (docs/outbox.md), executions with messages waiting and the age of
+ *   the oldest, as the relay last read them (`outbox_backlog` events, which being samples
+ *   are not counted in `events_total`).
  *
  * Calling it twice with the same registry and prefix reuses the registered metrics,
  * so several modules (or a hot reload) do not clash.
@@ -83,7 +87,33 @@ export function createPrometheusListener(options: PrometheusListenerOptions = {}
       registers: [registry],
     });
 
+  const backlogName = `${prefix}outbox_backlog`;
+  const backlog =
+    (registry.getSingleMetric(backlogName) as Gauge<'store'> | undefined) ??
+    new Gauge<'store'>({
+      name: backlogName,
+      help: 'Executions whose outbox messages wait to be sent, as the relay last read them (every outbox.backlogInterval).',
+      labelNames: ['store'],
+      registers: [registry],
+    });
+  const oldestAgeName = `${prefix}outbox_oldest_age_seconds`;
+  const oldestAge =
+    (registry.getSingleMetric(oldestAgeName) as Gauge<'store'> | undefined) ??
+    new Gauge<'store'>({
+      name: oldestAgeName,
+      help: 'Age of the oldest outbox execution waiting to be sent, in seconds (0 when none waits), as the relay last read it.',
+      labelNames: ['store'],
+      registers: [registry],
+    });
+
   return (event) => {
+    if (event.type === 'outbox_backlog') {
+      const labels = { store: event.store ?? 'unknown' };
+      backlog.set(labels, event.pending ?? 0);
+      oldestAge.set(labels, (event.oldestAgeMs ?? 0) / 1000);
+      if (event.storeLatencyMs !== undefined) storeLatency.observe({ event: event.type }, event.storeLatencyMs / 1000);
+      return;
+    }
     if (event.type === 'step_completed' || event.type === 'step_replayed') {
       const outcome = event.type === 'step_completed' ? 'completed' : 'replayed';
       steps.inc(handlerLabel ? { outcome, handler: event.handler ?? 'unknown' } : { outcome });

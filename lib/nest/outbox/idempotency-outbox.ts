@@ -45,6 +45,8 @@ export class IdempotencyOutbox {
   private readonly relays = new Map<IdempotencyStore, OutboxRelay>();
   private readonly clients = new Map<string, { client: EmittingClient; wrap?: Promise<RecordWrap> }>();
   private readonly relayOptions: OutboxRelayOptions;
+  /** Each relay's store as its `outbox_backlog` events name it (the `store` label of the backlog metrics). */
+  private readonly storeLabels = new Map<IdempotencyStore, string>();
   private started = false;
 
   constructor(
@@ -54,6 +56,8 @@ export class IdempotencyOutbox {
     this.relayOptions = service.options.outbox ?? {};
     // Checked now, so a mistake stops the application at boot.
     resolveRelayOptions('IdempotencyModule.forRoot({ outbox })', this.relayOptions);
+    // The module's store gets the plain class name, whichever relay starts first.
+    this.storeLabelOf(service.store);
   }
 
   /**
@@ -122,6 +126,7 @@ export class IdempotencyOutbox {
   private relayFor(store: IdempotencyStore): void {
     if (this.relays.has(store) || !supportsOutbox(store)) return;
     const log = this.service.log;
+    const storeLabel = this.storeLabelOf(store);
     const onEvent = this.service.policy('outbox').onEvent;
     const emit = (event: IdempotencyEvent): void => {
       try {
@@ -146,9 +151,40 @@ export class IdempotencyOutbox {
       },
       storeFailed: (error) =>
         log.warn('outbox:store', `The outbox relay could not reach its store: ${(error as Error)?.message ?? String(error)}`),
+      // Read only for a listener of the application's (the default log has no use for it).
+      backlog: [this.service.options.onEvent].flat().some(Boolean)
+        ? ({ pending, oldestStagedAt }, readMs) => {
+            const at = Date.now();
+            const oldestAgeMs = oldestStagedAt === undefined ? 0 : Math.max(0, at - oldestStagedAt);
+            const reason = `${pending} waiting, the oldest staged ${oldestAgeMs} ms ago`;
+            emit({
+              type: 'outbox_backlog',
+              key: '',
+              store: storeLabel,
+              at,
+              durationMs: 0,
+              storeLatencyMs: readMs,
+              pending,
+              oldestAgeMs,
+              reason,
+            });
+          }
+        : undefined,
     });
     this.relays.set(store, relay);
     relay.start();
+  }
+
+  /** The store's class name, with `#2`, `#3`, ... for further stores of the same class. */
+  private storeLabelOf(store: IdempotencyStore): string {
+    let label = this.storeLabels.get(store);
+    if (label !== undefined) return label;
+    const name = store.constructor?.name || 'IdempotencyStore';
+    const taken = new Set(this.storeLabels.values());
+    label = name;
+    for (let n = 2; taken.has(label); n++) label = `${name}#${n}`;
+    this.storeLabels.set(store, label);
+    return label;
   }
 
   private async send(message: OutboxMessage): Promise<void> {
