@@ -5,7 +5,8 @@ import { Client } from 'pg';
 import { buildPageApps, cleanUpDocApps, packagePath, requestJson, run, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
- * docs/drizzle.md as a user meets it: the page's refunds app written from its text, built
+ * docs/drizzle.md as a user meets it: its shortest path (`owned`: createDrizzleIdempotencyStore
+ * from DATABASE_URL, the tables created at boot, the pool ended on SIGTERM), and the page's refunds app written from its text, built
  * by `tsc` with getting-started's tsconfig.json against the built package, its migration
  * (the page's drizzle/0000_init.sql, what `drizzle-kit generate` writes for its schema)
  * applied as `drizzle-kit migrate` would, started with `node dist/main.js`, and sent the
@@ -13,6 +14,7 @@ import { buildPageApps, cleanUpDocApps, packagePath, requestJson, run, startHttp
  */
 const DATABASE_URL = `postgres://${process.env.PGUSER ?? 'postgres'}@${process.env.PGHOST ?? '127.0.0.1'}:${process.env.PGPORT ?? 5432}/${process.env.PGDATABASE ?? 'test'}`;
 const schema = `docs_drizzle_${process.pid}`;
+const ownedSchema = `docs_drizzle_owned_${process.pid}`;
 
 function statementsOf(migration: string): string[] {
   return migration
@@ -24,11 +26,15 @@ function statementsOf(migration: string): string[] {
 describe('docs/drizzle.md, built and run as a user would', () => {
   let pg: Client;
   let dir: string;
+  let ownedDir: string;
 
   beforeAll(async () => {
-    dir = (await buildPageApps('drizzle', ['default'])).get('default')!;
+    const apps = await buildPageApps('drizzle', ['default', 'owned']);
+    dir = apps.get('default')!;
+    ownedDir = apps.get('owned')!;
     pg = new Client({ connectionString: DATABASE_URL });
     await pg.connect();
+    await pg.query(`DROP SCHEMA IF EXISTS ${ownedSchema} CASCADE; CREATE SCHEMA ${ownedSchema}`);
     await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; CREATE SCHEMA ${schema}; SET search_path TO ${schema}`);
     // `npx drizzle-kit migrate`: the page's migration, statement by statement.
     for (const statement of statementsOf(readFileSync(join(dir, 'drizzle', '0000_init.sql'), 'utf8'))) await pg.query(statement);
@@ -39,7 +45,24 @@ describe('docs/drizzle.md, built and run as a user would', () => {
   afterAll(async () => {
     cleanUpDocApps();
     await pg?.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await pg?.query(`DROP SCHEMA IF EXISTS ${ownedSchema} CASCADE`);
     await pg?.end();
+  });
+
+  it('the shortest path (a store that owns its pool): creates its tables, replays a payment, and ends its pool on SIGTERM', async () => {
+    const { base, app } = await startHttpApp(ownedDir, { DATABASE_URL: `${DATABASE_URL}?options=-c%20search_path%3D${ownedSchema}` });
+    // ensureTable: true created the idempotency tables in the database it was given.
+    const { rows: tables } = await pg.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1', [ownedSchema]);
+    expect(tables.map((row: { table_name: string }) => row.table_name)).toContain('idempotency_records');
+    const script = readFileSync(join(ownedDir, 'call.sh'), 'utf8').replaceAll('localhost:3000', base);
+    const output = await run('bash', ['-c', script], ownedDir);
+    expect([...output.matchAll(/HTTP\/[\d.]+ (\d+)/g)].map(([, status]) => status)).toEqual(['201', '201']);
+    expect([...output.matchAll(/idempotent-replayed: (\S+)/gi)].map(([, value]) => value)).toEqual(['true']);
+    const ids = [...output.matchAll(/"id":"(pay_[^"]+)","amount":30/g)].map(([, id]) => id);
+    expect(ids).toHaveLength(2);
+    expect(ids[1]).toBe(ids[0]);
+    // The store ends its pool on SIGTERM (enableShutdownHooks): the process exits by itself.
+    await stopApp(app);
   });
 
   it("shows the migration drizzle-kit generates for its schema, under the file name the page's `--name init` gives it", async () => {

@@ -11,12 +11,14 @@ import { mariadbConnection } from '../support/mariadb.js';
 import { buildPageApps, cleanUpDocApps, installedPackage, requestJson, root, startHttpApp, stopApp } from './support/doc-app.js';
 
 /**
- * docs/typeorm.md as a user meets it (test/docs/support/doc-app.ts): its refunds
+ * docs/typeorm.md as a user meets it (test/docs/support/doc-app.ts): its shortest path
+ * (`owned`: createTypeOrmIdempotencyStore from DATABASE_URL, the tables created at boot,
+ * the DataSource destroyed on SIGTERM), its refunds
  * application on PostgreSQL through @nestjs/typeorm (`default`) and on MariaDB with a
  * DataSource of its own (`mariadb`), each built by `tsc` with getting-started's
  * tsconfig.json from the page's own files, started with `node dist/main.js`, and sent the
  * page's curl commands, concurrent duplicates and a reused key on the real servers. Then
- * the warning beside the page's first store snippet (idempotencyEntities with
+ * the page's warning under "Creating the tables" (idempotencyEntities with
  * `synchronize` on MySQL / MariaDB), checked on the real MariaDB with the package the apps
  * are built against (so `DOCS_LIB_REF` chooses it for both).
  *
@@ -25,6 +27,7 @@ import { buildPageApps, cleanUpDocApps, installedPackage, requestJson, root, sta
  */
 const run = `${process.pid}_${Date.now().toString(36)}`;
 const schema = `docs_typeorm_${run}`;
+const ownedSchema = `docs_typeorm_owned_${run}`;
 const mariaDatabase = `docs_typeorm_${run}`;
 const syncDatabase = `docs_typeorm_sync_${run}`;
 const PG_URL = `postgres://${process.env.PGUSER ?? 'postgres'}@${process.env.PGHOST ?? '127.0.0.1'}:${process.env.PGPORT ?? 5432}/${process.env.PGDATABASE ?? 'test'}`;
@@ -98,10 +101,11 @@ describe('docs/typeorm.md, built and run as a user would', () => {
   let maria: Connection;
 
   beforeAll(async () => {
-    for (const [name, dir] of await buildPageApps('typeorm', ['default', 'mariadb'])) dirs.set(name, dir);
+    for (const [name, dir] of await buildPageApps('typeorm', ['owned', 'default', 'mariadb'])) dirs.set(name, dir);
     pg = new Client({ connectionString: PG_URL });
     await pg.connect();
     await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; CREATE SCHEMA ${schema}`);
+    await pg.query(`CREATE SCHEMA ${ownedSchema}`);
     maria = await createConnection({ host, port, user: username, password });
     for (const database of [mariaDatabase, syncDatabase]) await maria.query(`CREATE DATABASE \`${database}\``);
   }, 300_000);
@@ -109,9 +113,26 @@ describe('docs/typeorm.md, built and run as a user would', () => {
   afterAll(async () => {
     cleanUpDocApps();
     await pg?.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await pg?.query(`DROP SCHEMA IF EXISTS ${ownedSchema} CASCADE`);
     await pg?.end();
     for (const database of [mariaDatabase, syncDatabase]) await maria?.query(`DROP DATABASE IF EXISTS \`${database}\``);
     await maria?.end();
+  });
+
+  it('the shortest path (a store that owns its DataSource): creates its tables, replays a payment, and ends its connections on SIGTERM', async () => {
+    const dir = dirs.get('owned')!;
+    const { base, app } = await startHttpApp(dir, { DATABASE_URL: `${PG_URL}?options=-c%20search_path%3D${ownedSchema}` });
+    // ensureTable: true created the idempotency tables in the database it was given.
+    const { rows: tables } = await pg.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1', [ownedSchema]);
+    expect(tables.map((row: { table_name: string }) => row.table_name)).toContain('idempotency_records');
+    const output = await curlScript(dir, base);
+    expect([...output.matchAll(/HTTP\/[\d.]+ (\d+)/g)].map(([, status]) => status)).toEqual(['201', '201']);
+    expect([...output.matchAll(/idempotent-replayed: (\S+)/gi)].map(([, value]) => value)).toEqual(['true']);
+    const ids = [...output.matchAll(/"id":"(pay_[^"]+)","amount":30/g)].map(([, id]) => id);
+    expect(ids).toHaveLength(2);
+    expect(ids[1]).toBe(ids[0]);
+    // The store destroys its DataSource on SIGTERM (enableShutdownHooks): the process exits by itself.
+    await stopApp(app);
   });
 
   it('the PostgreSQL application (@nestjs/typeorm): a retried refund changes the balance once, another amount under its key is refused', async () => {
@@ -155,7 +176,7 @@ describe('docs/typeorm.md, built and run as a user would', () => {
     await stopApp(app);
   });
 
-  describe('the warning beside the first store snippet (idempotencyEntities with synchronize, on MariaDB)', () => {
+  describe('the warning under Creating the tables (idempotencyEntities with synchronize, on MariaDB)', () => {
     let pkg: typeof Root;
     let IdempotencyRecordEntity: typeof TypeOrmEntry.IdempotencyRecordEntity;
     let TypeOrmIdempotencyStore: typeof TypeOrmEntry.TypeOrmIdempotencyStore;
