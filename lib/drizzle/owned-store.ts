@@ -2,7 +2,7 @@ import { IdempotencyConfigurationError, isIdempotencyError } from '../core/error
 import { checkWholeNumber } from '../core/options.js';
 import type { StoreRequirements } from '../core/store.js';
 import type { TableFixes } from '../sql/failures.js';
-import { describeServer, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
+import { describeServer, isConnectionRefusedForGood, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
 import { DRIZZLE_TABLE_FIXES } from './record-dialect.js';
 import { DrizzleIdempotencyStore } from './store.js';
 import type { DrizzleIdempotencyStoreOptions } from './store-options.js';
@@ -32,7 +32,8 @@ export interface OwnedDrizzleIdempotencyStoreOptions extends DrizzleIdempotencyS
   /**
    * How long, ms, the boot (`app.init()`) keeps trying to reach a database that is not
    * answering yet (a container still starting) before it stops with an
-   * `IdempotencyConfigurationError` naming the server. `0`: one attempt.
+   * `IdempotencyConfigurationError` naming the server. A wrong
+   * user or password, or a database that does not exist, stops it at once. `0`: one attempt.
    * @default 10_000
    */
   readyTimeout?: number;
@@ -121,14 +122,17 @@ class OwnedDrizzleIdempotencyStore extends DrizzleIdempotencyStore {
         lastError = error;
       }
       const left = deadline - Date.now();
-      if (left <= 0) break;
+      if (left <= 0 || isConnectionRefusedForGood(lastError)) break;
       await new Promise((resolve) => setTimeout(resolve, Math.min(500, left)));
     }
+    const refused = isConnectionRefusedForGood(lastError);
     const message = (lastError as Error | undefined)?.message;
     const reason = typeof message === 'string' && message !== '' ? ` Last error: ${withoutSecrets(message, secrets)}.` : '';
     throw new IdempotencyConfigurationError(
-      `createDrizzleIdempotencyStore: could not connect to ${describeServer(server)} within ${readyTimeout} ms, so the application cannot start protected.${reason}`,
-      'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
+      `createDrizzleIdempotencyStore: could not connect to ${describeServer(server)}${refused ? '' : ` within ${readyTimeout} ms`}, so the application cannot start protected.${reason}`,
+      refused
+        ? 'Check the user, password and database name in the URL, and that this user may connect to that database.'
+        : 'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
     );
   }
 

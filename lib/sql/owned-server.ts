@@ -39,3 +39,12 @@ export function withoutSecrets(text: string, secrets: readonly string[]): string
   for (const secret of secrets) clean = clean.split(secret).join('***');
   return clean;
 }
+
+/** Server answers that waiting does not change: a wrong user or password, a database that does not exist. */
+const REFUSALS = new Set(['28P01', '28000', '3D000', 'ER_ACCESS_DENIED_ERROR', 'ER_DBACCESS_DENIED_ERROR', 'ER_BAD_DB_ERROR']);
+
+/** True when the server refused the connection for good (credentials, database name): the boot stops at once instead of retrying. */
+export function isConnectionRefusedForGood(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && REFUSALS.has(code);
+}

@@ -6,7 +6,7 @@ import type { TableFixes } from '../sql/failures.js';
 import { TypeOrmIdempotencyStore } from './store/store.js';
 import type { TypeOrmIdempotencyStoreOptions } from './store/store-options.js';
 import { TYPEORM_TABLE_FIXES } from './store/table-fixes.js';
-import { describeServer, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
+import { describeServer, isConnectionRefusedForGood, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
 
 /** The databases `createTypeOrmIdempotencyStore` opens a DataSource on. */
 export type OwnedTypeOrmDatabaseType = 'postgres' | 'mariadb' | 'mysql';
@@ -33,7 +33,8 @@ export interface OwnedTypeOrmIdempotencyStoreOptions extends TypeOrmIdempotencyS
   /**
    * How long, ms, the boot (`app.init()`) keeps trying to connect to a database that is not
    * answering yet (a container still starting) before it stops with an
-   * `IdempotencyConfigurationError` naming the server. At least one attempt is made; each one
+   * `IdempotencyConfigurationError` naming the server. A wrong
+   * user or password, or a database that does not exist, stops it at once. At least one attempt is made; each one
    * gives up after `connectTimeout`.
    * @default 10_000
    */
@@ -123,14 +124,17 @@ class OwnedTypeOrmIdempotencyStore extends TypeOrmIdempotencyStore {
         await this.dropDriver();
       }
       const left = deadline - Date.now();
-      if (left <= 0) break;
+      if (left <= 0 || isConnectionRefusedForGood(lastError)) break;
       await new Promise((resolve) => setTimeout(resolve, Math.min(500, left)));
     }
+    const refused = isConnectionRefusedForGood(lastError);
     const message = (lastError as Error | undefined)?.message;
     const reason = typeof message === 'string' && message !== '' ? ` Last error: ${withoutSecrets(message, secrets)}.` : '';
     throw new IdempotencyConfigurationError(
-      `createTypeOrmIdempotencyStore: could not connect to ${describeServer(server)} within ${readyTimeout} ms, so the application cannot start protected.${reason}`,
-      'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
+      `createTypeOrmIdempotencyStore: could not connect to ${describeServer(server)}${refused ? '' : ` within ${readyTimeout} ms`}, so the application cannot start protected.${reason}`,
+      refused
+        ? 'Check the user, password and database name in the URL, and that this user may connect to that database.'
+        : 'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
     );
   }
 

@@ -148,12 +148,12 @@ describe('createTypeOrmIdempotencyStore: a store that owns its DataSource', () =
     expect(inspect(error, { depth: 10 })).not.toContain(secret);
   });
 
-  it('MariaDB with a wrong password: the error names the server and the user, not the password', async () => {
+  it('MariaDB with a wrong password: the boot stops at once, naming the server, not the password', async () => {
     const secret = `wrong-${randomUUID()}`;
     const app = await appWith({
       url: `mysql://${encodeURIComponent(username)}:${secret}@${host}:${port}/${mariaDatabase}`,
-      readyTimeout: 0,
     });
+    const started = Date.now();
     let error: unknown;
     try {
       error = await app.init().then(
@@ -165,7 +165,28 @@ describe('createTypeOrmIdempotencyStore: a store that owns its DataSource', () =
     }
     expect(error).toBeInstanceOf(IdempotencyConfigurationError);
     expect((error as Error).message).toContain(`mysql at ${host}:${port}/${mariaDatabase}`);
+    expect((error as Error).message).toContain('Check the user, password and database name');
     expect(inspect(error, { depth: 10 })).not.toContain(secret);
+    // Waiting does not change a refusal: the boot stops at once, not after readyTimeout (10 s).
+    expect(Date.now() - started).toBeLessThan(3_000);
+  });
+
+  it('PostgreSQL: a database that does not exist stops the boot at once, naming it', async () => {
+    const app = await appWith({ url: `${PG_BASE}/no_such_database_${run}` });
+    const started = Date.now();
+    let error: unknown;
+    try {
+      error = await app.init().then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
+    } finally {
+      await app.close();
+    }
+    expect(error).toBeInstanceOf(IdempotencyConfigurationError);
+    expect((error as Error).message).toContain(`/no_such_database_${run}`);
+    expect((error as Error).message).toContain('Check the user, password and database name');
+    expect(Date.now() - started).toBeLessThan(3_000);
   });
 
   it('refuses a URL it cannot place, without repeating it', () => {
