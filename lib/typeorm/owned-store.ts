@@ -11,8 +11,11 @@ import { describeServer, isConnectionRefusedForGood, secretsOf, withoutSecrets, 
 /** The databases `createTypeOrmIdempotencyStore` opens a DataSource on. */
 export type OwnedTypeOrmDatabaseType = 'postgres' | 'mariadb' | 'mysql';
 
-/** Options of `createTypeOrmIdempotencyStore`: where the database is, and the store's own options. */
-export interface OwnedTypeOrmIdempotencyStoreOptions extends TypeOrmIdempotencyStoreOptions {
+/**
+ * Options of `createTypeOrmIdempotencyStore`: where the database is, and the store's own
+ * options (not `entity`: the DataSource it makes has no entities of yours; use `tableName`).
+ */
+export interface OwnedTypeOrmIdempotencyStoreOptions extends Omit<TypeOrmIdempotencyStoreOptions, 'entity'> {
   /**
    * Where the database is: `postgres://user:password@host:5432/database` (or `postgresql://`),
    * `mysql://...` or `mariadb://...`. Leave it out to give `host`, `port`, ... in `dataSourceOptions`.
@@ -196,6 +199,12 @@ export function createTypeOrmIdempotencyStore(options: OwnedTypeOrmIdempotencySt
   checkWholeNumber(owner, 'poolSize', poolSize, { min: 1, example: '10' });
   checkWholeNumber(owner, 'readyTimeout', readyTimeout, { unit: 'ms', min: 0, example: '10_000' });
   checkWholeNumber(owner, 'connectTimeout', connectTimeout, { unit: 'ms', min: 1, example: '5_000' });
+  if ((storeOptions as TypeOrmIdempotencyStoreOptions).entity !== undefined) {
+    throw new IdempotencyConfigurationError(
+      `${owner}: the entity option names a class of your DataSource, and this store makes its own DataSource, which has none.`,
+      "Give the table's name instead (tableName: 'billing.idempotency_records'), or pass your DataSource to new TypeOrmIdempotencyStore(dataSource, { entity }).",
+    );
+  }
   const parsed = parseUrl(url);
   const type = givenType ?? (parsed && SCHEMES[parsed.protocol]);
   if (type !== 'postgres' && type !== 'mysql' && type !== 'mariadb') {

@@ -195,6 +195,11 @@ describe('createTypeOrmIdempotencyStore: a store that owns its DataSource', () =
     expect(() => createTypeOrmIdempotencyStore({ url: 'not a url with hunter2' })).not.toThrow(/hunter2/);
   });
 
+  it('refuses the entity option (its DataSource has no entities of yours), pointing at tableName', () => {
+    const options = { url: PG_URL, entity: class Records {} } as OwnedTypeOrmIdempotencyStoreOptions;
+    expect(() => createTypeOrmIdempotencyStore(options)).toThrow(/tableName/);
+  });
+
   it('close() can be called again, and before the boot', async () => {
     const store = createTypeOrmIdempotencyStore({ url: PG_URL });
     await store.close();
