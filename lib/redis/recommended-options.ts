@@ -2,11 +2,21 @@ import { checkWholeNumber } from '../core/options.js';
 
 /** The ioredis options that make an outage fail fast and heal by itself. */
 export interface RecommendedRedisOptions {
+  /** `false`: while Redis is away a command fails at once (503) instead of queueing. */
   enableOfflineQueue: boolean;
+  /** `1`: a command caught by a reconnection is retried once, not for ever. */
   maxRetriesPerRequest: number;
+  /** Longest wait for one command's reply, ms: a hung server fails the command. */
   commandTimeout: number;
+  /** Longest wait for a connection to be made, ms. */
   connectTimeout: number;
+  /**
+   * A connection on which nothing came back for this long, ms, while commands waited is
+   * dropped and made again: a path that went silent without closing the socket (a
+   * blackhole) heals by itself instead of after the kernel's ~15 minutes.
+   */
   socketTimeout: number;
+  /** Reconnection backoff, ms, capped at `maxReconnectDelay`. */
   retryStrategy: (times: number) => number;
 }
 
