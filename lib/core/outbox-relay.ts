@@ -61,7 +61,10 @@ export interface OutboxRelayReport {
   storeFailed?(error: unknown): void;
   /**
    * What waits in the store, read at most every `backlogInterval` (`readMs`: how long the
-   * store took). Without this callback the relay never reads the backlog.
+   * store took): reported while something waits, and once when the last message left
+   * (so a gauge returns to 0); a store whose outbox stayed empty reports nothing, so an
+   * application that never emits sees no such event. Without this callback the relay
+   * never reads the backlog.
    */
   backlog?(backlog: OutboxBacklog, readMs: number): void;
 }
@@ -112,6 +115,8 @@ export class OutboxRelay {
   private purgedAt = 0;
   /** When the backlog was last read (`Date.now()`); 0: not yet, so the first round reads it. */
   private backlogReadAt = 0;
+  /** Whether the last backlog reported had something waiting (an empty one is reported once, after it). */
+  private reportedWaiting = false;
 
   constructor(
     private readonly store: IdempotencyStore & IdempotencyOutboxStore,
@@ -195,6 +200,9 @@ export class OutboxRelay {
       this.report.storeFailed?.(error);
       return;
     }
+    // An outbox that stays empty is not news: apps that never emit get no event every interval.
+    if (backlog.pending === 0 && !this.reportedWaiting) return;
+    this.reportedWaiting = backlog.pending > 0;
     report(backlog, Date.now() - started);
   }
 

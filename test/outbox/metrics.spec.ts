@@ -14,7 +14,7 @@ import {
 } from '../../lib/index.js';
 import { IDEMPOTENCY_ATTRIBUTES, IDEMPOTENCY_METRICS, createOpenTelemetryListener } from '../../lib/opentelemetry/index.js';
 import { createPrometheusListener } from '../../lib/prometheus/index.js';
-import { NEST_LOGGER, RABBITMQ_URL, RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
+import { NEST_LOGGER, RabbitProbe, uniqueName, waitFor } from '../messages/support.js';
 import { RecordingMeter } from '../observability/recording-meter.js';
 import { startFaultProxy, type FaultProxy } from '../support/fault-proxy.js';
 import { dropPgOutbox, openPgOutbox } from './pg-app.js';
@@ -145,9 +145,6 @@ describe.each(stores)('the outbox backlog as metrics (%s store, RabbitMQ through
     (await request(api.getHttpServer()).post(`/refunds/${id}`).set('Idempotency-Key', id).expect(201)).body.messageId;
 
   it('shows a message that waits, pending 1 and an age that grows, and 0 once it was sent', async () => {
-    // Read at boot: the gauges exist, at 0, before anything was staged.
-    await waitFor('the empty backlog reported', async () => (await gauge('outbox_backlog')) === 0);
-    expect(await gauge('outbox_oldest_age_seconds')).toBe(0);
     const warm = await refund('m-0');
     await waitFor('m-0 sent', () => sent(warm));
 
@@ -178,6 +175,12 @@ describe.each(stores)('the outbox backlog as metrics (%s store, RabbitMQ through
     expect(counted.filter((sample) => sample.labels.event === 'outbox_backlog')).toEqual([]);
     const reads = (await registry.getSingleMetric('idempotency_store_latency_seconds')!.get()).values;
     expect(reads.some((sample) => sample.labels.event === 'outbox_backlog')).toBe(true);
+    // An empty backlog is reported only after one with something waiting (so a gauge returns
+    // to 0), never while the outbox stays empty: apps that never emit see no such event.
+    const backlogs = events.filter((event) => event.type === 'outbox_backlog');
+    expect(backlogs[0]).toMatchObject({ pending: expect.any(Number) });
+    expect(backlogs[0].pending).toBeGreaterThan(0);
+    backlogs.forEach((event, i) => event.pending === 0 && expect(backlogs[i - 1]?.pending).toBeGreaterThan(0));
   }, 60_000);
 });
 
@@ -186,14 +189,17 @@ describe('the outbox backlog of a handler store of the same class as the module 
   const registry = new Registry();
   const prometheus = createPrometheusListener({ registry });
   let probe: RabbitProbe;
+  let proxy: FaultProxy;
   let api: INestApplication;
 
   beforeAll(async () => {
     probe = await RabbitProbe.open();
-    api = await startApi(new MemoryIdempotencyStore(), RABBITMQ_URL, queue, prometheus);
+    proxy = await startFaultProxy({ host: '127.0.0.1', port: 5672 });
+    api = await startApi(new MemoryIdempotencyStore(), `amqp://guest:guest@127.0.0.1:${proxy.port}`, queue, prometheus);
   });
   afterAll(async () => {
     await api?.close();
+    await proxy?.stop();
     await probe?.deleteQueues(queue);
     await probe?.close();
   });
@@ -204,10 +210,24 @@ describe('the outbox backlog of a handler store of the same class as the module 
     );
 
   it('has a series of its own, numbered after the module store', async () => {
-    await request(api.getHttpServer()).post('/refunds/s-1/own-store').set('Idempotency-Key', 's-1').expect(201);
-    // Its relay starts at its first message and reads its backlog at once: empty again once sent.
-    await waitFor('both stores reported', async () => (await samples()).get('MemoryIdempotencyStore#2') === 0);
-    expect((await samples()).get('MemoryIdempotencyStore')).toBe(0);
+    // RabbitMQ refused: a message waits in each store (its relay starts at its first message).
+    await proxy.refuse();
+    proxy.dropConnections();
+    await request(api.getHttpServer()).post('/refunds/s-1').set('Idempotency-Key', 's-1').expect(201);
+    await request(api.getHttpServer()).post('/refunds/s-2/own-store').set('Idempotency-Key', 's-2').expect(201);
+    await waitFor('both stores reported a waiting message', async () => {
+      const now = await samples();
+      return now.get('MemoryIdempotencyStore') === 1 && now.get('MemoryIdempotencyStore#2') === 1;
+    });
     expect([...(await samples()).keys()].sort()).toEqual(['MemoryIdempotencyStore', 'MemoryIdempotencyStore#2']);
-  }, 30_000);
+    await proxy.heal();
+    await waitFor(
+      'both back to 0 once sent',
+      async () => {
+        const now = await samples();
+        return now.get('MemoryIdempotencyStore') === 0 && now.get('MemoryIdempotencyStore#2') === 0;
+      },
+      30_000,
+    );
+  }, 60_000);
 });
