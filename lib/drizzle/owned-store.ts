@@ -2,7 +2,7 @@ import { IdempotencyConfigurationError, isIdempotencyError } from '../core/error
 import { checkWholeNumber } from '../core/options.js';
 import type { StoreRequirements } from '../core/store.js';
 import type { TableFixes } from '../sql/failures.js';
-import { describeServer, isConnectionRefusedForGood, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
+import { secretsOf, waitForServer, type OwnedServer } from '../sql/owned-server.js';
 import { DRIZZLE_TABLE_FIXES } from './record-dialect.js';
 import { DrizzleIdempotencyStore } from './store.js';
 import type { DrizzleIdempotencyStoreOptions } from './store-options.js';
@@ -109,43 +109,19 @@ class OwnedDrizzleIdempotencyStore extends DrizzleIdempotencyStore {
     };
   }
 
-  private async waitForDatabase(): Promise<void> {
+  private waitForDatabase(): Promise<void> {
     const { pool, readyTimeout, server, secrets } = this.owned;
-    const deadline = Date.now() + readyTimeout;
-    let lastError: unknown;
-    for (;;) {
-      if (this.closing) throw closedBeforeReady(server);
-      try {
-        await pool.query('SELECT 1');
-        return;
-      } catch (error) {
-        lastError = error;
-      }
-      const left = deadline - Date.now();
-      if (left <= 0 || isConnectionRefusedForGood(lastError)) break;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(500, left)));
-    }
-    const refused = isConnectionRefusedForGood(lastError);
-    const message = (lastError as Error | undefined)?.message;
-    const reason = typeof message === 'string' && message !== '' ? ` Last error: ${withoutSecrets(message, secrets)}.` : '';
-    throw new IdempotencyConfigurationError(
-      `createDrizzleIdempotencyStore: could not connect to ${describeServer(server)}${refused ? '' : ` within ${readyTimeout} ms`}, so the application cannot start protected.${reason}`,
-      refused
-        ? 'Check the user, password and database name in the URL, and that this user may connect to that database.'
-        : 'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
+    const boot = { owner: 'createDrizzleIdempotencyStore', server, readyTimeout, secrets };
+    return waitForServer(
+      boot,
+      async () => void (await pool.query('SELECT 1')),
+      () => this.closing !== undefined,
     );
   }
 
   private endPool(): Promise<void> {
     return (this.closing ??= this.owned.pool.end().catch(() => {}));
   }
-}
-
-function closedBeforeReady(server: OwnedServer): IdempotencyConfigurationError {
-  return new IdempotencyConfigurationError(
-    `createDrizzleIdempotencyStore: the store was closed before it connected to ${describeServer(server)}.`,
-    'Nothing to fix if the application was shutting down; otherwise do not call close() on the store before app.init() resolves.',
-  );
 }
 
 const SCHEMES: Record<string, OwnedDrizzleDialect> = {

@@ -6,7 +6,7 @@ import type { TableFixes } from '../sql/failures.js';
 import { TypeOrmIdempotencyStore } from './store/store.js';
 import type { TypeOrmIdempotencyStoreOptions } from './store/store-options.js';
 import { TYPEORM_TABLE_FIXES } from './store/table-fixes.js';
-import { describeServer, isConnectionRefusedForGood, secretsOf, withoutSecrets, type OwnedServer } from '../sql/owned-server.js';
+import { closedBeforeReady, secretsOf, waitForServer, type OwnedServer } from '../sql/owned-server.js';
 
 /** The databases `createTypeOrmIdempotencyStore` opens a DataSource on. */
 export type OwnedTypeOrmDatabaseType = 'postgres' | 'mariadb' | 'mysql';
@@ -110,35 +110,21 @@ class OwnedTypeOrmIdempotencyStore extends TypeOrmIdempotencyStore {
     };
   }
 
-  private async connect(): Promise<void> {
+  private connect(): Promise<void> {
     const { readyTimeout, server, secrets } = this.owned;
-    const deadline = Date.now() + readyTimeout;
-    let lastError: unknown;
-    for (;;) {
-      if (this.closing) throw closedBeforeReady(server);
+    const boot = { owner: 'createTypeOrmIdempotencyStore', server, readyTimeout, secrets };
+    const attempt = async () => {
       try {
         await this.dataSource.initialize();
-        if (!this.closing) return;
-        await this.destroyDataSource();
-        throw closedBeforeReady(server);
       } catch (error) {
-        if (isIdempotencyError(error)) throw error;
-        lastError = error;
         await this.dropDriver();
+        throw error;
       }
-      const left = deadline - Date.now();
-      if (left <= 0 || isConnectionRefusedForGood(lastError)) break;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(500, left)));
-    }
-    const refused = isConnectionRefusedForGood(lastError);
-    const message = (lastError as Error | undefined)?.message;
-    const reason = typeof message === 'string' && message !== '' ? ` Last error: ${withoutSecrets(message, secrets)}.` : '';
-    throw new IdempotencyConfigurationError(
-      `createTypeOrmIdempotencyStore: could not connect to ${describeServer(server)}${refused ? '' : ` within ${readyTimeout} ms`}, so the application cannot start protected.${reason}`,
-      refused
-        ? 'Check the user, password and database name in the URL, and that this user may connect to that database.'
-        : 'Check the URL (host, port, user, password, database) and that the server is up and reachable from this process; to wait longer, raise readyTimeout.',
-    );
+      if (!this.closing) return;
+      await this.destroyDataSource();
+      throw closedBeforeReady(boot);
+    };
+    return waitForServer(boot, attempt, () => this.closing !== undefined);
   }
 
   /** A failed initialize() leaves the driver's pool behind (TypeORM destroys only what it had initialised): end it. */
@@ -150,13 +136,6 @@ class OwnedTypeOrmIdempotencyStore extends TypeOrmIdempotencyStore {
   private async destroyDataSource(): Promise<void> {
     if (this.dataSource.isInitialized) await this.dataSource.destroy().catch(() => this.dropDriver());
   }
-}
-
-function closedBeforeReady(server: OwnedServer): IdempotencyConfigurationError {
-  return new IdempotencyConfigurationError(
-    `createTypeOrmIdempotencyStore: the store was closed before it connected to ${describeServer(server)}.`,
-    'Nothing to fix if the application was shutting down; otherwise do not call close() on the store before app.init() resolves.',
-  );
 }
 
 const SCHEMES: Record<string, OwnedTypeOrmDatabaseType> = {
