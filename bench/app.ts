@@ -24,6 +24,7 @@ import {
 } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { NestFactory } from '@nestjs/core';
+import { serveParent } from './harness.js';
 import { loadLib } from './lib.js';
 import { FloorInterceptor, type FloorName } from './floors.js';
 import { openStores, type BenchStore, type StoreName } from './stores.js';
@@ -195,40 +196,28 @@ async function profiler(message: Extract<ParentMessage, { type: 'profile-start' 
 }
 
 if (require.main === module) {
-  const config = JSON.parse(process.env.BENCH_APP_CONFIG ?? '{}') as AppConfig;
-  const send = (message: ChildMessage) => process.send!(message);
-  // The parent died (Ctrl-C, a crash): do not stay behind holding a port and store connections.
-  process.once('disconnect', () => process.exit(0));
-  start(config).then(
-    ({ app, stores }) => {
-      const address = app.getHttpServer().address() as { port: number };
-      process.on('message', (message: ParentMessage) => {
-        if (message.type === 'counts') {
-          const counts: Record<string, { calls: Record<string, number>; backend: number }> = {};
-          for (const s of stores) counts[s.name] = { calls: { ...s.store.counts }, backend: s.backendCalls() };
-          const cpu = process.cpuUsage();
-          send({ id: message.id, type: 'counts', counts, rss: process.memoryUsage().rss, cpuMicros: cpu.user + cpu.system });
-        } else if (message.type === 'profile-start' || message.type === 'profile-stop') {
-          void profiler(message).then(() => send({ id: message.id, type: 'profiled' }));
-        } else if (message.type === 'close') {
-          void (async () => {
-            await app.close();
-            for (const s of stores) await s.close().catch(() => undefined);
-            send({ id: message.id, type: 'closed' });
-            process.exit(0);
-          })();
-        }
-      });
-      send({
-        type: 'ready',
-        port: address.port,
+  serveParent<ParentMessage>(async () => {
+    const { app, stores } = await start(JSON.parse(process.env.BENCH_APP_CONFIG ?? '{}') as AppConfig);
+    return {
+      ready: {
+        port: (app.getHttpServer().address() as { port: number }).port,
         stores: stores.map((s) => s.name),
         floors: stores.flatMap((s) => (s.floor ? [s.floor.name] : [])),
-      });
-    },
-    (error: unknown) => {
-      send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      process.exit(1);
-    },
-  );
+      },
+      answer: async (message) => {
+        if (message.type === 'profile-start' || message.type === 'profile-stop') {
+          await profiler(message);
+          return { type: 'profiled' };
+        }
+        const counts: Record<string, { calls: Record<string, number>; backend: number }> = {};
+        for (const s of stores) counts[s.name] = { calls: { ...s.store.counts }, backend: s.backendCalls() };
+        const cpu = process.cpuUsage();
+        return { type: 'counts', counts, rss: process.memoryUsage().rss, cpuMicros: cpu.user + cpu.system };
+      },
+      close: async () => {
+        await app.close();
+        for (const s of stores) await s.close().catch(() => undefined);
+      },
+    };
+  });
 }

@@ -1,17 +1,5 @@
+/** How the bench scripts read their flags: `--flag value` or `--flag=value`; an unknown flag is an error, never ignored. */
 import { resolve } from 'node:path';
-
-/** A numeric command-line option of a bench script, `--name value`, or `fallback` when absent. */
-export function numberArg(name: string, fallback: number): number {
-  return Number(stringArg(name) ?? fallback);
-}
-
-/** A command-line option of a bench script, `--name value`, or `fallback` (undefined without one) when absent. */
-export function stringArg(name: string): string | undefined;
-export function stringArg(name: string, fallback: string): string;
-export function stringArg(name: string, fallback?: string): string | undefined {
-  const index = process.argv.indexOf(`--${name}`);
-  return index > 0 ? process.argv[index + 1] : fallback;
-}
 
 /** What a flag does to the options: `value()` reads its value (`--flag=v`, or the next argument); `inline` is the `=v` part alone. */
 export type FlagHandlers = Record<string, (value: () => string, inline: string | undefined) => unknown>;
@@ -26,6 +14,31 @@ export function parseFlags(argv: string[], handlers: FlagHandlers): void {
   }
 }
 
+/** A `--kebab-case <number>` flag for each of `names`, setting `options[name]` (`bigBodyRecords`: `--big-body-records`). */
+export function numberFlags<T extends object>(options: T, names: ReadonlyArray<keyof T & string>): FlagHandlers {
+  const flag = (name: string) => `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  return Object.fromEntries(
+    names.map((name) => [flag(name), (value: () => string) => ((options as Record<string, unknown>)[name] = Number(value()))]),
+  );
+}
+
+/** A comma-separated list of `allowed` values (`both`: both platforms); another value throws, named as a `what`. */
+export function listOf<T extends string>(flag: string, raw: string, allowed: readonly T[], what = 'value'): T[] {
+  const items = raw
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean)
+    .flatMap((item) => (item === 'both' ? ['express', 'fastify'] : [item]));
+  for (const item of items) if (!allowed.includes(item as T)) throw new Error(`${flag}: unknown ${what} ${item}`);
+  return items as T[];
+}
+
+/** Throws unless each of `names` is a number above 0 (a flag given no number reads as NaN). */
+export function requirePositive<T extends object>(options: T, names: ReadonlyArray<keyof T & string>): void {
+  const bad = names.filter((name) => !((options[name] as number) > 0));
+  if (bad.length) throw new Error(`${bad.map((name) => `--${name}`).join(', ')}: must be a positive number.`);
+}
+
 /** The options `npm run bench` and `npm run bench:peers` both take. */
 export interface SharedOptions {
   duration: number;
@@ -37,12 +50,14 @@ export interface SharedOptions {
   updateDocs: boolean;
 }
 
-/** The flags of the options both harnesses take, with the same meaning. */
-export function sharedFlags(options: SharedOptions): FlagHandlers {
+/** The flags of the options both harnesses take, with the same meaning, and `--help`. */
+export function sharedFlags(options: SharedOptions, script: string): FlagHandlers {
   return {
-    '--duration': (value) => (options.duration = Number(value())),
-    '--rounds': (value) => (options.rounds = Number(value())),
-    '--connections': (value) => (options.connections = Number(value())),
+    '--help': () => {
+      process.stdout.write(`npm run ${script} -- [options]: bench/README.md lists them.\n`);
+      process.exit(0);
+    },
+    ...numberFlags(options, ['duration', 'rounds', 'connections']),
     '--redis-url': (value) => (options.redisUrl = value()),
     '--auto-pipelining': () => (options.autoPipelining = true),
     '--out': (value) => (options.out = resolve(value())),

@@ -14,31 +14,13 @@
 import { mkdirSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { parseFlags } from './args.js';
+import type { FloorName } from './floors.js';
+import { ROOT, runMain } from './harness.js';
+import type { PeersResult } from './peers/run.js';
+import { PLATFORM_LABEL, type BenchResult, type Platform as PlatformKey, type PlatformResult } from './report.js';
+import type { StoreName } from './stores.js';
 
-/** The fields of bench/results/latest.json (BenchResult of bench/run.ts) that the charts read. */
-interface CaseFigures {
-  addedCpuMicrosPerRequest: number;
-}
-interface LatestJson {
-  generatedAt: string;
-  machine: { node: string; cpus: number; loadAverageAtStart: number[] };
-  options: { connections: number; duration: number; rounds: number };
-  http: Partial<Record<PlatformKey, { cases: Partial<Record<string, Record<string, CaseFigures | undefined>>> }>>;
-}
-/** The fields of bench/results/peers.json (PeersResult of bench/peers/run.ts) that the charts read. */
-interface PeersJson {
-  generatedAt: string;
-  nest: string;
-  peer: string;
-  machine: { node: string; cpus: number; loadAverageAtStart: number[] };
-  options: { connections: number; duration: number; rounds: number };
-  results: { platform: PlatformKey; store: string; case: string; ours: PeerSide; peer: PeerSide }[];
-}
-interface PeerSide {
-  addedCpuMicrosPerRequest: number;
-}
-
-type PlatformKey = 'express' | 'fastify';
 type Series = 'this library' | 'floor (by hand)' | 'this library + near cache' | 'peer';
 
 /** One bar of a chart. */
@@ -55,14 +37,13 @@ export interface Bar {
 }
 
 /** The stores the charts show, in order, with the floor variant of bench/run.ts that does their round trips by hand. */
-const STORES: readonly { variant: string; label: string; floor: string }[] = [
+const STORES: readonly { variant: StoreName; label: string; floor: FloorName }[] = [
   { variant: 'memory', label: 'memory', floor: 'floor-memory' },
   { variant: 'redis', label: 'Redis', floor: 'floor-redis' },
   { variant: 'redisNear', label: 'Redis + near', floor: 'floor-redis' },
   { variant: 'typeorm', label: 'PostgreSQL', floor: 'floor-postgres' },
   { variant: 'mariadb', label: 'MariaDB', floor: 'floor-mariadb' },
 ];
-const PLATFORM_LABEL: Record<PlatformKey, string> = { express: 'Express', fastify: 'Fastify' };
 const CASE_LABEL: Record<string, string> = { first: 'first execution', replay: 'replay' };
 const SERIES: readonly Series[] = ['this library', 'this library + near cache', 'floor (by hand)', 'peer'];
 const COLORS: Record<Series, string> = {
@@ -72,29 +53,17 @@ const COLORS: Record<Series, string> = {
   peer: '#e0862f',
 };
 
-function digits(value: number, step: number): string {
-  return (Math.round(value / step) * step).toFixed(step < 1 ? Math.ceil(-Math.log10(step)) : 0);
-}
-
-/** A bar labelled with its value, and with its ratio to `reference` (none where either is at or below zero: noise, not a ratio). */
-function bar(
-  base: Omit<Bar, 'series' | 'value' | 'label' | 'ratio'>,
-  series: Series,
-  value: number,
-  step: number,
-  reference?: number,
-): Bar {
+/** A bar labelled with its value in whole µs, and with its ratio to `reference` (none where either is at or below zero: noise, not a ratio). */
+function bar(base: Omit<Bar, 'series' | 'value' | 'label' | 'ratio'>, series: Series, value: number, reference?: number): Bar {
   const ratio = reference !== undefined && reference > 0 && value > 0 ? `×${(value / reference).toFixed(2)}` : '';
-  return { ...base, series, value, label: digits(value, step), ratio };
+  return { ...base, series, value, label: Math.round(value).toFixed(0), ratio };
 }
-
-type PlatformCases = NonNullable<LatestJson['http'][PlatformKey]>;
 
 /** The bars of bench-ratios.svg: added app CPU µs per request of this library and its floor, per platform, case and store. */
-export function cpuBars(latest: LatestJson): Bar[] {
+export function cpuBars(latest: BenchResult): Bar[] {
   const bars: Bar[] = [];
-  for (const [platform, result] of Object.entries(latest.http) as [PlatformKey, PlatformCases][]) {
-    for (const c of ['first', 'replay']) {
+  for (const [platform, result] of Object.entries(latest.http) as [PlatformKey, PlatformResult][]) {
+    for (const c of ['first', 'replay'] as const) {
       const byVariant = result.cases[c];
       if (!byVariant) continue;
       for (const s of STORES) {
@@ -102,8 +71,8 @@ export function cpuBars(latest: LatestJson): Bar[] {
         if (!ours) continue;
         const base = { platform: PLATFORM_LABEL[platform], case: CASE_LABEL[c], store: s.label };
         const floor = byVariant[s.floor]?.addedCpuMicrosPerRequest;
-        bars.push(bar(base, 'this library', ours.addedCpuMicrosPerRequest, 1, floor));
-        if (floor !== undefined) bars.push(bar(base, 'floor (by hand)', floor, 1));
+        bars.push(bar(base, 'this library', ours.addedCpuMicrosPerRequest, floor));
+        if (floor !== undefined) bars.push(bar(base, 'floor (by hand)', floor));
       }
     }
   }
@@ -115,7 +84,7 @@ export function cpuBars(latest: LatestJson): Bar[] {
  * bare runs around it in the same process): this library, its near cache (the
  * `redisNear` store, drawn in the Redis group) and the peer, labelled with the peer ÷ this library.
  */
-export function peerBars(peers: PeersJson): Bar[] {
+export function peerBars(peers: PeersResult): Bar[] {
   const bars: Bar[] = [];
   for (const platform of ['express', 'fastify'] as const) {
     for (const c of ['first', 'replay']) {
@@ -129,11 +98,11 @@ export function peerBars(peers: PeersJson): Bar[] {
         if (!plain && !near) continue;
         const base = { platform: PLATFORM_LABEL[platform], case: CASE_LABEL[c], store: group.label };
         const ours = plain?.ours.addedCpuMicrosPerRequest;
-        if (ours !== undefined) bars.push(bar(base, 'this library', ours, 1));
-        if (near) bars.push(bar(base, 'this library + near cache', near.ours.addedCpuMicrosPerRequest, 1));
+        if (ours !== undefined) bars.push(bar(base, 'this library', ours));
+        if (near) bars.push(bar(base, 'this library + near cache', near.ours.addedCpuMicrosPerRequest));
         // The peer has no near cache: beside the near cache it runs on plain Redis.
         const peer = (plain ?? near)!.peer.addedCpuMicrosPerRequest;
-        bars.push(bar(base, 'peer', peer, 1, ours ?? near!.ours.addedCpuMicrosPerRequest));
+        bars.push(bar(base, 'peer', peer, ours ?? near!.ours.addedCpuMicrosPerRequest));
       }
     }
   }
@@ -141,7 +110,7 @@ export function peerBars(peers: PeersJson): Bar[] {
 }
 
 /** The subtitle lines that date a run and say its load. */
-function runLines(command: string, run: LatestJson | PeersJson): string[] {
+function runLines(command: string, run: BenchResult | PeersResult): string[] {
   const o = run.options;
   return [
     `${command}, ${run.generatedAt.slice(0, 16).replace('T', ' ')} UTC · Node ${run.machine.node} · ${run.machine.cpus} CPUs, ` +
@@ -224,9 +193,9 @@ function readJson<T>(file: string): T | undefined {
  * `outDir`; returns the files written. A chart whose figures the run lacks is not drawn.
  */
 export async function writeCharts(resultsDir: string, outDir: string): Promise<string[]> {
-  const latest = readJson<LatestJson>(join(resultsDir, 'latest.json'));
+  const latest = readJson<BenchResult>(join(resultsDir, 'latest.json'));
   if (!latest) throw new Error(`no ${join(resultsDir, 'latest.json')}: run npm run bench first`);
-  const peers = readJson<PeersJson>(join(resultsDir, 'peers.json'));
+  const peers = readJson<PeersResult>(join(resultsDir, 'peers.json'));
   const written: string[] = [];
   const write = async (name: string, spec: Record<string, unknown>) => {
     mkdirSync(outDir, { recursive: true });
@@ -264,27 +233,12 @@ export async function writeCharts(resultsDir: string, outDir: string): Promise<s
 }
 
 if (require.main === module) {
-  const root = resolve(__dirname, '..');
-  const args = process.argv.slice(2);
-  const flag = (name: string, fallback: string) => {
-    const i = args.indexOf(name);
-    return i >= 0 && args[i + 1] ? resolve(args[i + 1]) : fallback;
-  };
-  const unknown = args.filter((a) => a.startsWith('--') && a !== '--results' && a !== '--out');
-  if (unknown.length) {
-    process.stderr.write(
-      `Unknown option ${unknown[0]}; usage: npm run bench:chart -- [--results dir (bench/results)] [--out dir (docs/images)]\n`,
-    );
-    process.exit(2);
-  }
-  writeCharts(flag('--results', join(root, 'bench', 'results')), flag('--out', join(root, 'docs', 'images'))).then(
-    (files) => {
-      for (const file of files) process.stderr.write(`Wrote ${file}\n`);
-      process.exit(0);
-    },
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
+  const dirs = { results: join(ROOT, 'bench', 'results'), out: join(ROOT, 'docs', 'images') };
+  runMain(async () => {
+    parseFlags(process.argv.slice(2), {
+      '--results': (value) => (dirs.results = resolve(value())),
+      '--out': (value) => (dirs.out = resolve(value())),
+    });
+    for (const file of await writeCharts(dirs.results, dirs.out)) process.stderr.write(`Wrote ${file}\n`);
+  });
 }

@@ -17,12 +17,14 @@ import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host';
-import { numberArg } from './args.js';
+import { numberFlags, parseFlags } from './args.js';
+import { runMain } from './harness.js';
 import { describeLib, loadLib } from './lib.js';
 
 const { Idempotent, IdempotencyModule, MemoryIdempotencyStore } = loadLib();
-const BATCH = numberArg('batch', 30_000);
-const BATCHES = numberArg('batches', 8);
+const options = { batch: 30_000, batches: 8 };
+parseFlags(process.argv.slice(2), numberFlags(options, ['batch', 'batches']));
+const { batch: BATCH, batches: BATCHES } = options;
 
 interface ChargeBody {
   amount: number;
@@ -100,7 +102,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runMain(main);

@@ -1,11 +1,13 @@
 /**
  * The plumbing the benchmarks share: the app under load in a child process asked over
- * IPC (bench/run.ts, bench/peers/run.ts, bench/profile-diff.ts), the tables a run writes
- * between markers of docs/performance.md, and the clean-up of a run's Redis keys.
+ * IPC (bench/run.ts, bench/peers/run.ts, bench/profile-diff.ts), what a run records of
+ * its machine, its JSON and report files, the tables it writes between markers of
+ * docs/performance.md, the clean-up of its Redis keys, and how a script ends.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 
 export const ROOT = resolve(__dirname, '..');
 export const TS_REQUIRE = join(ROOT, 'test', 'support', 'ts-require.js');
@@ -71,6 +73,34 @@ export class IpcChild<Answer extends object> {
   }
 }
 
+/**
+ * The child side of `forkReady` and `IpcChild`: starts, says `ready` (or `failed`, with
+ * the reason), answers each request with its id, and on `close` closes and exits.
+ */
+export function serveParent<Request extends { id: number; type: string }>(
+  start: () => Promise<{ ready: object; answer(request: Request): Promise<object>; close(): Promise<void> }>,
+): void {
+  const send = (message: object) => process.send!(message);
+  // The parent died (Ctrl-C, a crash): do not stay behind holding a port and store connections.
+  process.once('disconnect', () => process.exit(0));
+  start().then(
+    ({ ready, answer, close }) => {
+      process.on('message', (request: Request) => {
+        const reply: Promise<object> = request.type === 'close' ? close().then(() => ({ type: 'closed' })) : answer(request);
+        void reply.then((message) => {
+          send({ ...message, id: request.id });
+          if (request.type === 'close') process.exit(0);
+        });
+      });
+      send({ type: 'ready', ...ready });
+    },
+    (error: unknown) => {
+      send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+      process.exit(1);
+    },
+  );
+}
+
 /** Puts `text` between the two markers of docs/performance.md; false (and the page untouched) when it has no such markers. */
 export function replaceBetweenMarkers(start: string, end: string, text: string, file = PERFORMANCE_DOC): boolean {
   if (!existsSync(file)) return false;
@@ -90,4 +120,27 @@ export async function deleteByPrefix(client: import('ioredis').Redis, prefix: st
     cursor = next;
     if (keys.length) await client.unlink(...keys);
   } while (cursor !== '0');
+}
+
+/** The machine a run measured on, as its JSON records it. */
+export function machineInfo(): { node: string; cpus: number; cpuModel: string; loadAverageAtStart: number[] } {
+  return { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() };
+}
+
+/** Writes a run's JSON (none: keep the saved one) to `out` and its markdown report beside it (`.json` → `.md`). */
+export function writeRun(out: string, result: object | undefined, report: string): void {
+  mkdirSync(dirname(out), { recursive: true });
+  if (result) writeFileSync(out, JSON.stringify(result, null, 2) + '\n');
+  writeFileSync(out.replace(/\.json$/, '') + '.md', report);
+}
+
+/** Runs a script's `main` and exits: 0 once it resolved (a store client left open must not keep the process), 1 on its error. */
+export function runMain(main: () => Promise<unknown>, log: (line: string) => void = (line) => process.stderr.write(line + '\n')): void {
+  main().then(
+    () => process.exit(0),
+    (error: unknown) => {
+      log(error instanceof Error ? (error.stack ?? error.message) : String(error));
+      process.exit(1);
+    },
+  );
 }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import type { AppConfig, ChildMessage, ParentMessage } from './app.js';
 import type { FloorName } from './floors.js';
 import { forkReady, IpcChild } from './harness.js';
+import { percentile } from './stats.js';
 import type { StoreName } from './stores.js';
 
 export const BODY = JSON.stringify({ amount: 4200, currency: 'eur', customer: 'cus_123', description: 'bench order' });
@@ -83,13 +84,6 @@ export async function storeReplayed(port: number, path: string, key: string): Pr
     body: BODY,
   });
   if (stored.status !== 201) throw new Error(`${path} answered ${stored.status} to the request that stores the replayed key`);
-}
-
-/** The p-th percentile (0–100) of unsorted values, nearest rank. */
-export function percentile(values: Float64Array, p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = Float64Array.from(values).sort();
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 }
 
 export function sampleOf({ result, latencies }: CannonResult): RunSample {

@@ -20,11 +20,12 @@ import { RedisIdempotencyStore, recommendedRedisOptions } from '../lib/redis/ind
 import { TypeOrmIdempotencyStore, runIdempotentTransaction } from '../lib/typeorm/index.js';
 import { mariadbConnection } from '../test/support/mariadb.js';
 import { pgConnection } from '../test/support/postgres.js';
-import { numberArg } from './args.js';
+import { numberFlags, parseFlags } from './args.js';
+import { deleteByPrefix, runMain } from './harness.js';
 import { median, round } from './stats.js';
 
-const CALLS = numberArg('calls', 2_000);
-const ROUNDS = numberArg('rounds', 5);
+const options = { calls: 2_000, rounds: 5 };
+parseFlags(process.argv.slice(2), numberFlags(options, ['calls', 'rounds']));
 
 type Execution = (key: string, withMessage: boolean) => Promise<unknown>;
 
@@ -55,11 +56,11 @@ async function measure(execute: Execution): Promise<{ without: number; with: num
   const runs = { without: [] as number[], with: [] as number[] };
   const prefix = randomBytes(4).toString('hex');
   for (let i = 0; i < 200; i++) await execute(`${prefix}-warm-${i}-${i % 2}`, i % 2 === 0);
-  for (let roundNo = 0; roundNo < ROUNDS * 2; roundNo++) {
+  for (let roundNo = 0; roundNo < options.rounds * 2; roundNo++) {
     const withMessage = roundNo % 2 === 1;
     const startedAt = process.hrtime.bigint();
-    for (let i = 0; i < CALLS; i++) await execute(`${prefix}-${roundNo}-${i}`, withMessage);
-    const us = Number(process.hrtime.bigint() - startedAt) / 1_000 / CALLS;
+    for (let i = 0; i < options.calls; i++) await execute(`${prefix}-${roundNo}-${i}`, withMessage);
+    const us = Number(process.hrtime.bigint() - startedAt) / 1_000 / options.calls;
     (withMessage ? runs.with : runs.without).push(us);
   }
   return { without: median(runs.without), with: median(runs.with) };
@@ -93,11 +94,7 @@ async function main(): Promise<void> {
     rows.push(['Redis, makeIdempotent', await measure(leased(new RedisIdempotencyStore(redis, { prefix })))]);
   } finally {
     // Every key this run wrote (records and outbox) is under its own prefix.
-    for (let cursor = '0'; ;) {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1_000);
-      if (keys.length) await redis.del(...keys);
-      if ((cursor = next) === '0') break;
-    }
+    await deleteByPrefix(redis, prefix);
     await redis.quit();
   }
   for (const [name, options] of [
@@ -113,7 +110,9 @@ async function main(): Promise<void> {
       await sql.drop();
     }
   }
-  console.log(`outbox cost: ${CALLS} sequential executions per round, ${ROUNDS} rounds per variant, median µs per execution`);
+  console.log(
+    `outbox cost: ${options.calls} sequential executions per round, ${options.rounds} rounds per variant, median µs per execution`,
+  );
   console.log('| store and entry point | without | with one message | added |');
   console.log('| --- | ---: | ---: | ---: |');
   for (const [name, { without, with: staged }] of rows) {
@@ -123,7 +122,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
+runMain(main);

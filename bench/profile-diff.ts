@@ -20,9 +20,10 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { parseFlags } from './args.js';
+import { listOf, numberFlags, parseFlags } from './args.js';
+import { runMain } from './harness.js';
 import { AppProcess, cannon, storeReplayed } from './load.js';
-import type { Platform } from './report.js';
+import { PLATFORMS, type Platform } from './report.js';
 import { ALL_STORES, FLOOR_OF, type StoreName } from './stores.js';
 import { round } from './stats.js';
 
@@ -87,25 +88,14 @@ function parseArgs(argv: string[]): DiffOptions {
     interval: 100,
     top: 25,
   };
-  const numeric = (name: 'duration' | 'rounds' | 'connections' | 'interval' | 'top') => (value: () => string) =>
-    (options[name] = Number(value()));
   parseFlags(argv, {
-    '--platform': (value) => (options.platform = value() as Platform),
-    '--store': (value) => (options.store = value() as StoreName),
-    '--case': (value) => (options.case = value() as DiffOptions['case']),
-    '--against': (value) => (options.against = value() as StoreName),
+    '--platform': (value) => ([options.platform] = listOf('--platform', value(), PLATFORMS, 'platform')),
+    '--store': (value) => ([options.store] = listOf('--store', value(), ALL_STORES, 'store')),
+    '--case': (value) => ([options.case] = listOf('--case', value(), ['first', 'replay'] as const, 'case')),
+    '--against': (value) => ([options.against] = listOf('--against', value(), ALL_STORES, 'store')),
     '--out': (value) => (options.out = value()),
-    '--duration': numeric('duration'),
-    '--rounds': numeric('rounds'),
-    '--connections': numeric('connections'),
-    '--interval': numeric('interval'),
-    '--top': numeric('top'),
+    ...numberFlags(options, ['duration', 'rounds', 'connections', 'interval', 'top']),
   });
-  if (options.platform !== 'express' && options.platform !== 'fastify') throw new Error(`--platform: unknown platform ${options.platform}`);
-  if (!ALL_STORES.includes(options.store) || !FLOOR_OF[options.store]) throw new Error(`--store: no floor for ${options.store}`);
-  if (options.against !== undefined && !ALL_STORES.includes(options.against))
-    throw new Error(`--against: unknown store ${options.against}`);
-  if (options.case !== 'first' && options.case !== 'replay') throw new Error(`--case: first or replay, not ${options.case}`);
   return options;
 }
 
@@ -267,9 +257,4 @@ async function main(): Promise<void> {
   process.stdout.write(text + (options.out ? `\nWrote ${options.out}; profiles in ${dir}\n` : `\nProfiles in ${dir}\n`));
 }
 
-if (require.main === module) {
-  main().catch((error: unknown) => {
-    console.error(error);
-    process.exit(1);
-  });
-}
+if (require.main === module) runMain(main);

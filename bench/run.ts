@@ -13,20 +13,19 @@
  * rounds. The JSON's shape, the targets and the report: bench/report.ts.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { parseFlags, sharedFlags } from './args.js';
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { listOf, numberFlags, parseFlags, requirePositive, sharedFlags } from './args.js';
 import { writeCharts } from './chart.js';
 import type { FloorName } from './floors.js';
-import { speedGauge } from './gauge.js';
-import { replaceBetweenMarkers, ROOT } from './harness.js';
+import { machineInfo, replaceBetweenMarkers, ROOT, runMain, writeRun } from './harness.js';
 import { describeLib } from './lib.js';
 import { AppProcess, cannon, sampleOf, storeReplayed, type RunSample, type Target } from './load.js';
 import {
   checkTargets,
   fmt,
   HTTP_CASES,
+  PLATFORMS,
   markdownReport,
   type BenchOptions,
   type BenchResult,
@@ -37,8 +36,8 @@ import {
   type PlatformResult,
   type Variant,
 } from './report.js';
-import { median, round } from './stats.js';
-import { ALL_STORES, FLOOR_OF, storeModuleReady, type StoreName } from './stores.js';
+import { median, round, speedGauge } from './stats.js';
+import { ALL_STORES, DEFAULT_URLS, FLOOR_OF, storeModuleReady, type StoreName } from './stores.js';
 
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
 const BENCH_LIB_OUT = join(ROOT, '.tmp', 'bench-lib.json');
@@ -63,40 +62,26 @@ export function parseArgs(argv: string[]): BenchOptions {
     cases: [...HTTP_CASES],
     // ioredis's own default: auto-pipelining only costs CPU when each request sends its commands in its own I/O callback (docs/performance.md, "What we learned").
     autoPipelining: false,
-    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    mariadbUrl: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
+    redisUrl: DEFAULT_URLS.redis,
+    postgresUrl: DEFAULT_URLS.postgres,
+    mariadbUrl: DEFAULT_URLS.mariadb,
     // Figures of another lib (BENCH_LIB) must not pass for this tree's: they go to a
     // git-ignored file, and the docs keep this tree's table.
     out: process.env.BENCH_LIB ? BENCH_LIB_OUT : DEFAULT_OUT,
     updateDocs: !process.env.BENCH_LIB,
   };
-  const list = (value: () => string) =>
-    value()
-      .split(',')
-      .map((v) => v.trim())
-      .filter(Boolean);
   parseFlags(argv, {
-    ...sharedFlags(options),
-    '--platform': (value) => (options.platforms = list(value).flatMap((p) => (p === 'both' ? ['express', 'fastify'] : [p])) as Platform[]),
-    '--latency-connections': (value) => (options.latencyConnections = Number(value())),
-    '--stores': (value) => (options.stores = list(value) as StoreName[]),
-    '--cases': (value) => (options.cases = list(value) as HttpCase[]),
+    ...sharedFlags(options, 'bench'),
+    ...numberFlags(options, ['latencyConnections']),
+    '--platform': (value) => (options.platforms = listOf('--platform', value(), PLATFORMS, 'platform')),
+    '--stores': (value) => (options.stores = listOf('--stores', value(), ALL_STORES, 'store')),
+    '--cases': (value) => (options.cases = listOf('--cases', value(), HTTP_CASES, 'case')),
     '--postgres-url': (value) => (options.postgresUrl = value()),
     '--mariadb-url': (value) => (options.mariadbUrl = value()),
     '--from': (value) => (options.from = resolve(value())),
     '--cpu-prof': (_value, inline) => (options.cpuProfileDir = resolve(inline ?? join(ROOT, 'bench', 'results', 'profiles'))),
-    '--help': () => {
-      process.stdout.write('npm run bench -- [options]: bench/README.md lists them.\n');
-      process.exit(0);
-    },
   });
-  for (const p of options.platforms) if (p !== 'express' && p !== 'fastify') throw new Error(`--platform: unknown platform ${p}`);
-  for (const s of options.stores) if (!ALL_STORES.includes(s)) throw new Error(`--stores: unknown store ${s}`);
-  for (const c of options.cases) if (!HTTP_CASES.includes(c)) throw new Error(`--cases: unknown case ${c}`);
-  if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1) || !(options.latencyConnections >= 1)) {
-    throw new Error('--duration, --rounds, --connections and --latency-connections must be positive numbers.');
-  }
+  requirePositive(options, ['duration', 'rounds', 'connections', 'latencyConnections']);
   return options;
 }
 
@@ -336,13 +321,7 @@ export async function runBench(
   const result: BenchResult = {
     generatedAt: new Date().toISOString(),
     lib: describeLib(),
-    machine: {
-      node: process.version,
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
-      loadAverageAtStart: loadavg(),
-      ...(options.gauge === false ? {} : { gaugeMs: { start: await speedGauge() } }),
-    },
+    machine: { ...machineInfo(), ...(options.gauge === false ? {} : { gaugeMs: { start: await speedGauge() } }) },
     options: shown,
     http: {},
     targets: [],
@@ -359,9 +338,7 @@ export async function runBench(
 /** Writes a run's JSON, its report and (for the default output) docs/performance.md's tables and the charts. */
 async function publish(result: BenchResult, options: BenchOptions): Promise<void> {
   const report = markdownReport(result);
-  mkdirSync(dirname(options.out), { recursive: true });
-  if (!options.from) writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
-  writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
+  writeRun(options.out, options.from ? undefined : result, report + '\n');
   process.stdout.write('\n' + report + '\n');
   if (options.updateDocs && options.out === DEFAULT_OUT) {
     updateDocs(markdownReport(result, { docs: true }));
@@ -371,19 +348,12 @@ async function publish(result: BenchResult, options: BenchOptions): Promise<void
 }
 
 if (require.main === module) {
-  const options = parseArgs(process.argv.slice(2));
-  const started = Date.now();
-  if (options.from) options.out = options.from;
-  const measured = options.from ? Promise.resolve(JSON.parse(readFileSync(options.from, 'utf8')) as BenchResult) : runBench(options);
-  measured.then(
-    async (result) => {
-      await publish(result, options);
-      process.stderr.write(`Wrote ${options.out} in ${Math.round((Date.now() - started) / 1000)} s\n`);
-      process.exit(0);
-    },
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
+  runMain(async () => {
+    const options = parseArgs(process.argv.slice(2));
+    const started = Date.now();
+    if (options.from) options.out = options.from;
+    const result = options.from ? (JSON.parse(readFileSync(options.from, 'utf8')) as BenchResult) : await runBench(options);
+    await publish(result, options);
+    process.stderr.write(`Wrote ${options.out} in ${Math.round((Date.now() - started) / 1000)} s\n`);
+  });
 }

@@ -6,7 +6,8 @@
 import type { Redis } from 'ioredis';
 import { deleteByPrefix } from './harness.js';
 import { loadLibModule } from './lib.js';
-import { populationKey } from './scale-sql.js';
+import { populationKey } from './scale-measure.js';
+import { recordThroughHttp, type ScaleTarget, type TableBytes, type Template } from './scale-template.js';
 
 type RedisLib = typeof import('../lib/redis/index.js');
 
@@ -23,8 +24,10 @@ export interface RawRecord {
 /** Keys per pipeline: big enough that round trips do not count, small enough to keep replies bounded. */
 const PIPELINE_KEYS = 2_000;
 
-export class RedisTarget {
+export class RedisTarget implements ScaleTarget<RawRecord> {
   private readonly lib: RedisLib;
+  /** `used_memory` once each prefix's template was written, before its fill: what its population added is measured from there. */
+  private readonly memoryBefore = new Map<string, number>();
 
   private constructor(readonly client: Redis) {
     this.lib = loadLibModule<RedisLib>('redis/index.ts');
@@ -44,12 +47,36 @@ export class RedisTarget {
     return new this.lib.RedisIdempotencyStore(this.client, { prefix });
   }
 
+  /** A prefix needs no making. */
+  async create(): Promise<void> {}
+
+  /** Removes every key under `prefix` (SCAN + UNLINK). */
+  drop(prefix: string): Promise<void> {
+    return deleteByPrefix(this.client, prefix);
+  }
+
+  /** One record written through HTTP under `prefix`, read back raw as the fill copies it. */
+  async template(prefix: string, bodyBytes: number): Promise<Template<RawRecord>> {
+    const store = this.store(prefix);
+    const written = await recordThroughHttp(store, bodyBytes);
+    const raw = await this.rawRecord(store.redisKey(written.key));
+    this.memoryBefore.set(prefix, await this.usedMemory());
+    const field = (name: string) => raw.fields[raw.fields.indexOf(name) + 1];
+    return {
+      written,
+      record: raw,
+      fingerprint: field('f'),
+      result: field('r'),
+      shown: { ...written, raw: { ...raw, fields: raw.fields.map((v, i) => (i % 2 && v.length > 80 ? `${v.length} characters` : v)) } },
+    };
+  }
+
   /** The Redis key of row `i` of a population (the store's own key format, `<prefix>{<key>}`). */
-  keyOf(prefix: string, population: string, i: number): string {
+  private keyOf(prefix: string, population: string, i: number): string {
     return `${prefix}{${populationKey(population, i)}}`;
   }
 
-  async rawRecord(redisKey: string): Promise<RawRecord> {
+  private async rawRecord(redisKey: string): Promise<RawRecord> {
     const flat = (await this.client.call('HGETALL', redisKey)) as string[];
     if (flat.length === 0) throw new Error(`no record under ${redisKey}`);
     const pttl = await this.client.pttl(redisKey);
@@ -77,7 +104,12 @@ export class RedisTarget {
   }
 
   /** Mean `MEMORY USAGE ... SAMPLES 0` (exact for a hash) of `sample` keys spread over the population, and their encodings. */
-  async memoryUsage(prefix: string, population: string, size: number, sample: number): Promise<{ meanBytes: number; encodings: string[] }> {
+  private async memoryUsage(
+    prefix: string,
+    population: string,
+    size: number,
+    sample: number,
+  ): Promise<{ meanBytes: number; encodings: string[] }> {
     const pipeline = this.client.pipeline();
     const keys: string[] = [];
     for (let n = 0; n < Math.min(sample, size); n++)
@@ -90,6 +122,25 @@ export class RedisTarget {
     return { meanBytes: usages.reduce((a, b) => a + b, 0) / usages.length, encodings };
   }
 
+  /** What `size` records of `population` take: the mean `MEMORY USAGE` of 1 000 of them, and the `used_memory` delta per key. */
+  async bytes(prefix: string, population: string, size: number): Promise<{ bytes: TableBytes; encodings: string[] }> {
+    const usage = await this.memoryUsage(prefix, population, size, 1_000);
+    const delta = (await this.usedMemory()) - (this.memoryBefore.get(prefix) ?? Number.NaN);
+    return {
+      bytes: {
+        rows: size,
+        total: usage.meanBytes * size,
+        detail: { memoryUsageMean: usage.meanBytes, usedMemoryDeltaPerKey: delta / size },
+      },
+      encodings: usage.encodings,
+    };
+  }
+
+  /** Memory is not bounded by a disk here. */
+  async freeBytes(): Promise<number> {
+    return Number.POSITIVE_INFINITY;
+  }
+
   async usedMemory(): Promise<number> {
     const info = await this.client.info('memory');
     return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? Number.NaN);
@@ -97,11 +148,6 @@ export class RedisTarget {
 
   async dbSize(): Promise<number> {
     return this.client.dbsize();
-  }
-
-  /** Removes every key under `prefix` (SCAN + UNLINK). */
-  deletePrefix(prefix: string): Promise<void> {
-    return deleteByPrefix(this.client, prefix);
   }
 
   async describe(): Promise<string> {

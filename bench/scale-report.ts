@@ -1,8 +1,7 @@
 /** The figures bench/scale.ts collects, and its markdown report (ending with the "Sizing" table). */
 import { cpus, totalmem } from 'node:os';
-import type { LatencyRun, OpStats } from './scale-measure.js';
-import type { PurgeFigures } from './scale-purge.js';
-import type { TableBytes } from './scale-sql.js';
+import type { LatencyRun, OpStats, PurgeFigures } from './scale-measure.js';
+import type { TableBytes } from './scale-template.js';
 import { median, round } from './stats.js';
 
 export interface SizeFigures {

@@ -1,14 +1,15 @@
 /**
  * PostgreSQL and MariaDB for bench/scale.ts: the records table made by the library's own
  * migration, populations copied server-side from one record the store wrote (no row
- * crosses from Node), the table's size on disk, and the plan of the library's purge batch.
+ * crosses from Node), the table's size on disk, and the purge of expired records.
  */
 import 'reflect-metadata';
-import { createHash } from 'node:crypto';
 import { statfsSync } from 'node:fs';
-import type { DataSource, MigrationInterface } from 'typeorm';
-import type { IdempotencyStore } from '../lib/core/index.js';
+import type { DataSource } from 'typeorm';
 import { loadLibModule } from './lib.js';
+import { measurePurge, populationKey, type PurgeFigures, type PurgingStore } from './scale-measure.js';
+import { recordThroughHttp, type ScaleTarget, type TableBytes, type Template } from './scale-template.js';
+import { migrateRecordsTable, openDataSource } from './stores.js';
 
 export type SqlKind = 'postgres' | 'mariadb';
 
@@ -29,86 +30,72 @@ export interface Expiry {
   spreadMs: number;
 }
 
-export interface TableBytes {
-  rows: number;
-  /** Table + indexes (+ TOAST), bytes. */
-  total: number;
-  detail: Record<string, number>;
-}
-
-type TypeOrmLib = typeof import('../lib/typeorm/index.js');
-
-/**
- * The store key of row `i` of a population: base64url SHA-256, the shape (and length,
- * 43 characters) of every key the library stores. The fill computes the same in SQL.
- */
-export function populationKey(population: string, i: number): string {
-  return createHash('sha256')
-    .update(population + i)
-    .digest('base64url');
-}
-
 const COLUMNS = ['key', 'status', 'lease_token', 'lease_expires_at', 'fingerprint', 'result', 'expires_at', 'created_at'];
 
-export class SqlTarget {
-  private readonly lib: TypeOrmLib;
+const HOUR = 3_600_000;
 
+export class SqlTarget implements ScaleTarget<RecordRow> {
   private constructor(
     readonly kind: SqlKind,
     readonly dataSource: DataSource,
-  ) {
-    this.lib = loadLibModule<TypeOrmLib>('typeorm/index.ts');
-  }
+  ) {}
 
   static async open(kind: SqlKind, url: string): Promise<SqlTarget> {
-    const { DataSource } = require('typeorm') as typeof import('typeorm');
     // A pool larger than the 16 concurrent callers, as an application would size it.
-    const dataSource =
-      kind === 'mariadb'
-        ? new DataSource({ type: 'mariadb', url, poolSize: 20 })
-        : new DataSource({ type: 'postgres', url, extra: { max: 20 } });
-    await dataSource.initialize();
-    return new SqlTarget(kind, dataSource);
+    return new SqlTarget(kind, await openDataSource(kind, url));
   }
 
-  quoted(table: string): string {
-    return this.kind === 'mariadb' ? `\`${table}\`` : `"${table}"`;
-  }
-
-  private column(name: string): string {
+  /** A table or column name, quoted for the server. */
+  private quoted(name: string): string {
     return this.kind === 'mariadb' ? `\`${name}\`` : `"${name}"`;
   }
 
-  private async migrate(table: string, direction: 'up' | 'down'): Promise<void> {
-    const Migration = this.lib.createIdempotencyRecordsMigration(table) as new () => MigrationInterface;
-    const runner = this.dataSource.createQueryRunner();
-    try {
-      await new Migration()[direction](runner);
-    } finally {
-      await runner.release();
-    }
+  /** `WHERE key = <the first parameter>`. */
+  private byKey(): string {
+    return `WHERE ${this.quoted('key')} = ${this.kind === 'mariadb' ? '?' : '$1'}`;
   }
 
   /** Creates the records table (and its steps table) through the library's migration, as an application does. */
-  async createTable(table: string): Promise<void> {
-    await this.dropTable(table);
-    await this.migrate(table, 'up');
+  async create(table: string): Promise<void> {
+    await this.drop(table);
+    await migrateRecordsTable(this.dataSource, table, 'up');
   }
 
   /** Drops what the migration created (its `down`). */
-  async dropTable(table: string): Promise<void> {
-    await this.migrate(table, 'down');
+  async drop(table: string): Promise<void> {
+    await migrateRecordsTable(this.dataSource, table, 'down');
   }
 
-  store(table: string): IdempotencyStore & { purgeExpired(): Promise<{ ran: boolean; deleted: number }> } {
-    return new this.lib.TypeOrmIdempotencyStore(this.dataSource, { tableName: table });
+  store(table: string): PurgingStore {
+    const { TypeOrmIdempotencyStore } = loadLibModule<typeof import('../lib/typeorm/index.js')>('typeorm/index.ts');
+    return new TypeOrmIdempotencyStore(this.dataSource, { tableName: table }) as unknown as PurgingStore;
+  }
+
+  /**
+   * One record written through HTTP into `table`, read back as the fill copies it. The
+   * SQL and Node derivations of a population key must agree, or replays would miss: a
+   * copy under `populationKey('check:', 0)` is read back by that key, then deleted.
+   */
+  async template(table: string, bodyBytes: number): Promise<Template<RecordRow>> {
+    const written = await recordThroughHttp(this.store(table), bodyBytes);
+    const record = await this.readRow(table, written.key);
+    await this.fill(table, 'check:', record, 0, 1, { latestExpiry: record.expires_at, spreadMs: HOUR });
+    await this.readRow(table, populationKey('check:', 0));
+    await this.dataSource.query(`DELETE FROM ${this.quoted(table)} ${this.byKey()}`, [populationKey('check:', 0)]);
+    return {
+      written,
+      record,
+      fingerprint: record.fingerprint ?? undefined,
+      result: record.result!,
+      shown: { ...written, row: { ...record, result: `${record.result?.length} characters` } },
+    };
   }
 
   async readRow(table: string, key: string): Promise<RecordRow> {
     const [row] = (await this.dataSource.query(
       `SELECT ${COLUMNS.slice(1)
-        .map((c) => this.column(c))
-        .join(', ')} FROM ${this.quoted(table)} WHERE ${this.column('key')} = ${this.kind === 'mariadb' ? '?' : '$1'}`,
+        .map((c) => this.quoted(c))
+        .join(', ')} FROM ${this.quoted(table)} ${this.byKey()}`,
       [key],
     )) as Array<Record<string, unknown>>;
     if (!row) throw new Error(`no row ${key} in ${table}`);
@@ -143,7 +130,14 @@ export class SqlTarget {
    * INSERT ... SELECT from a seq_ table inserted one row instead of the batch. The expiry
    * is spread so that the expiry index holds distinct values, as it does under real traffic.
    */
-  async fill(table: string, population: string, template: RecordRow, from: number, to: number, expiry: Expiry): Promise<number> {
+  async fill(
+    table: string,
+    population: string,
+    template: RecordRow,
+    from: number,
+    to: number,
+    expiry: Expiry = { latestExpiry: template.expires_at, spreadMs: 12 * HOUR },
+  ): Promise<number> {
     const startedAt = Date.now();
     const lifetime = template.expires_at - template.created_at;
     const rowBytes = 200 + (template.result?.length ?? 0);
@@ -165,7 +159,7 @@ export class SqlTarget {
     expiry: Expiry,
     lifetime: number,
   ): Promise<void> {
-    const columns = COLUMNS.map((c) => this.column(c)).join(', ');
+    const columns = COLUMNS.map((c) => this.quoted(c)).join(', ');
     if (this.kind === 'postgres') {
       // $7: the latest expiry, $8: the spread, $9: the record's lifetime (expires_at - created_at).
       const expires = `($7::bigint - $8::bigint + (i * 4) % $8::bigint)`;
@@ -242,7 +236,7 @@ FROM seq_${start}_to_${end - 1}`,
    * after ANALYZE TABLE; InnoDB derives them from page counts of its persistent
    * statistics (estimates, in whole 16 KB pages), so the .ibd file's size is given too.
    */
-  async bytes(table: string): Promise<TableBytes> {
+  async bytes(table: string): Promise<{ bytes: TableBytes }> {
     const rows = await this.count(table);
     if (this.kind === 'postgres') {
       await this.dataSource.query(`VACUUM (ANALYZE) ${this.quoted(table)}`);
@@ -253,7 +247,7 @@ FROM pg_class c WHERE c.oid = $1::regclass`,
         [this.quoted(table)],
       )) as Array<Record<string, string>>;
       const detail = { heap: Number(r.heap), toast: Number(r.toast), indexes: Number(r.indexes) };
-      return { rows, total: Number(r.total), detail };
+      return { bytes: { rows, total: Number(r.total), detail } };
     }
     await this.dataSource.query(`ANALYZE TABLE ${this.quoted(table)}`);
     const [r] = (await this.dataSource.query(
@@ -270,7 +264,7 @@ FROM pg_class c WHERE c.oid = $1::regclass`,
       data_free: Number(r.data_free),
       ibd_file_size: Number(file?.file_size ?? 0),
     };
-    return { rows, total: detail.data_length + detail.index_length, detail };
+    return { bytes: { rows, total: detail.data_length + detail.index_length, detail } };
   }
 
   /** Free bytes on the file system of the database's data directory (the same machine). */
@@ -302,6 +296,32 @@ FROM pg_class c WHERE c.oid = $1::regclass`,
       `SELECT VERSION() AS v, @@innodb_buffer_pool_size AS bp, @@innodb_flush_log_at_trx_commit AS f, @@innodb_flush_method AS m`,
     )) as Array<Record<string, string>>;
     return `MariaDB ${r.v}, innodb_buffer_pool_size ${Math.round(Number(r.bp) / 2 ** 20)} MB, innodb_flush_log_at_trx_commit ${r.f}, innodb_flush_method ${r.m}`;
+  }
+
+  /**
+   * `expired` records whose retention ended 1 to 2 hours ago and `live` ones, copies of
+   * `template`, in `table`; then claims before, during and after one `purgeExpired()`.
+   */
+  async purge(
+    table: string,
+    template: RecordRow,
+    counts: { expired: number; live: number },
+    windowMs: number,
+    log: (line: string) => void,
+  ): Promise<PurgeFigures> {
+    await this.create(table);
+    let fillMs = await this.fill(table, 'plive:', template, 0, counts.live);
+    fillMs += await this.fill(table, 'pexp:', template, 0, counts.expired, { latestExpiry: Date.now() - HOUR, spreadMs: HOUR });
+    log(`purge table filled (${counts.expired} expired + ${counts.live} live) in ${fillMs} ms`);
+    await this.settle(table);
+    const expiredLeft = async () => {
+      const [left] = (await this.dataSource.query(
+        `SELECT COUNT(*) AS n FROM ${this.quoted(table)} WHERE ${this.quoted('expires_at')} < ${Date.now() - 30 * 60_000}`,
+      )) as Array<{ n: unknown }>;
+      return Number(left.n);
+    };
+    const figures = await measurePurge(this.store(table), template.fingerprint ?? undefined, windowMs, expiredLeft);
+    return { ...counts, fillMs, ...figures };
   }
 
   async close(): Promise<void> {

@@ -3,7 +3,8 @@
  * `@Idempotent` route of a small Nest application (Express) on the store under test, so
  * the key (a SHA-256 storage key), the fingerprint and the stored result are exactly what
  * the library writes for an HTTP request. The fill then replicates that record with other
- * keys, server-side (SQL) or pipelined (Redis).
+ * keys, server-side (SQL, bench/scale-sql.ts) or pipelined (Redis, bench/scale-redis.ts):
+ * `ScaleTarget` is what both do, so that bench/scale.ts runs one loop over either.
  */
 import 'reflect-metadata';
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -52,6 +53,42 @@ export interface WrittenRecord {
   ttl: number;
   /** Size of the JSON body the client received. */
   bodyBytes: number;
+}
+
+/** The template as its store holds it (`record`, what the fill copies), and what the timed calls write. */
+export interface Template<R> {
+  written: WrittenRecord;
+  record: R;
+  fingerprint: string | undefined;
+  result: string;
+  /** The record for the report's JSON, long values shortened. */
+  shown: unknown;
+}
+
+/** What a population takes: the table with its indexes (SQL), or the keys' memory (Redis). */
+export interface TableBytes {
+  rows: number;
+  /** Table + indexes (+ TOAST), bytes. */
+  total: number;
+  detail: Record<string, number>;
+}
+
+/** A store of the scale run; a "space" is a table (SQL) or a key prefix (Redis). */
+export interface ScaleTarget<R> {
+  /** The server's version and the settings that decide how much stays in memory. */
+  describe(): Promise<string>;
+  store(space: string): IdempotencyStore;
+  create(space: string): Promise<void>;
+  drop(space: string): Promise<void>;
+  template(space: string, bodyBytes: number): Promise<Template<R>>;
+  /** Copies of `template` under the keys `from` .. `to - 1` of `population`; how long it took, ms. */
+  fill(space: string, population: string, template: R, from: number, to: number): Promise<number>;
+  /** After a bulk fill, the state a table of that size has in production (SQL only). */
+  settle?(space: string): Promise<{ ms: number; dirtyPagesLeft?: number }>;
+  bytes(space: string, population: string, size: number): Promise<{ bytes: TableBytes; encodings?: string[] }>;
+  /** Free bytes where the data goes: a fill that would not fit is left out. */
+  freeBytes(): Promise<number>;
+  close(): Promise<void>;
 }
 
 /** Remembers the key and request of the completion the engine sends. */

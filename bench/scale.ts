@@ -15,78 +15,95 @@
  * (`bench:scale:<pid>:`) and drops them at the end.
  */
 import 'reflect-metadata';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { numberArg, stringArg } from './args.js';
+import { resolve } from 'node:path';
+import { numberFlags, parseFlags } from './args.js';
+import { runMain, writeRun } from './harness.js';
 import { describeLib } from './lib.js';
-import { measureLatency, warmUp, type LatencyRun, type Workload } from './scale-measure.js';
-import { sqlPurge } from './scale-purge.js';
+import { measureLatency, populationKey, warmUp, type LatencyRun, type Workload } from './scale-measure.js';
 import { RedisTarget } from './scale-redis.js';
 import { renderReport, type ScaleReport, type SizeFigures, type StoreFigures } from './scale-report.js';
-import { populationKey, SqlTarget, type SqlKind, type TableBytes } from './scale-sql.js';
-import { recordThroughHttp, TEMPLATE_TTL_MS } from './scale-template.js';
+import { SqlTarget, type RecordRow, type SqlKind } from './scale-sql.js';
+import { DEFAULT_URLS } from './stores.js';
+import { TEMPLATE_TTL_MS, type ScaleTarget, type Template } from './scale-template.js';
 
 type StoreKind = SqlKind | 'redis';
 
-const numbers = (text: string) => text.split(',').map((part) => Number(part.replace(/_/g, '')));
-
-const sizes = numbers(stringArg('sizes', '0,1000000,10000000'));
 const config = {
-  stores: stringArg('stores', 'postgres,mariadb,redis').split(',') as StoreKind[],
-  sizes,
-  mariadbSizes: stringArg('mariadb-sizes') ? numbers(stringArg('mariadb-sizes')!) : sizes,
-  redisSizes: stringArg('redis-sizes') ? numbers(stringArg('redis-sizes')!) : sizes.filter((size) => size <= 1_000_000),
-  ops: numberArg('ops', 2000),
-  rounds: numberArg('rounds', 3),
-  bigBodyRecords: numberArg('big-body-records', 100_000),
-  purgeExpired: numberArg('purge-expired', 1_000_000),
-  purgeLive: numberArg('purge-live', 1_000_000),
-  windowMs: numberArg('window-ms', 5_000),
-  out: resolve(stringArg('out', 'bench/results/scale.json')),
-  postgresUrl: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-  mariadbUrl: process.env.MARIADB_URL ?? 'mysql://root@127.0.0.1:3306/test',
-  redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+  stores: ['postgres', 'mariadb', 'redis'] as StoreKind[],
+  sizes: [0, 1_000_000, 10_000_000],
+  mariadbSizes: undefined as number[] | undefined,
+  redisSizes: undefined as number[] | undefined,
+  ops: 2000,
+  rounds: 3,
+  bigBodyRecords: 100_000,
+  purgeExpired: 1_000_000,
+  purgeLive: 1_000_000,
+  windowMs: 5_000,
+  out: resolve('bench/results/scale.json'),
+  postgresUrl: DEFAULT_URLS.postgres,
+  mariadbUrl: DEFAULT_URLS.mariadb,
+  redisUrl: DEFAULT_URLS.redis,
+};
+const numbers = (value: () => string) =>
+  value()
+    .split(',')
+    .map((part) => Number(part.replace(/_/g, '')));
+parseFlags(process.argv.slice(2), {
+  '--stores': (value) => (config.stores = value().split(',') as StoreKind[]),
+  '--sizes': (value) => (config.sizes = numbers(value)),
+  '--mariadb-sizes': (value) => (config.mariadbSizes = numbers(value)),
+  '--redis-sizes': (value) => (config.redisSizes = numbers(value)),
+  ...numberFlags(config, ['ops', 'rounds', 'bigBodyRecords', 'purgeExpired', 'purgeLive', 'windowMs']),
+  '--out': (value) => (config.out = resolve(value())),
+});
+const sizesOf: Record<StoreKind, number[]> = {
+  postgres: config.sizes,
+  mariadb: config.mariadbSizes ?? config.sizes,
+  // A Redis of 10 M records needs more memory than the bench's machine has.
+  redis: config.redisSizes ?? config.sizes.filter((size) => size <= 1_000_000),
 };
 
 const runId = String(process.pid);
-const HOUR = 3_600_000;
 const startedAt = Date.now();
 
 function log(line: string): void {
   process.stderr.write(`[scale ${new Date().toISOString().slice(11, 19)} +${Math.round((Date.now() - startedAt) / 1000)}s] ${line}\n`);
 }
 
-/** Both concurrencies, once each. */
+/** Warmed up, then both concurrencies once each. */
 async function measurePair(store: Parameters<typeof measureLatency>[0], workload: Workload): Promise<LatencyRun[]> {
+  await warmUp(store, workload);
   return [await measureLatency(store, workload, config.ops, 1), await measureLatency(store, workload, config.ops, 16)];
 }
 
-async function runSql(kind: SqlKind, started: (figures: StoreFigures) => void, save: () => void): Promise<void> {
-  const target = await SqlTarget.open(kind, kind === 'postgres' ? config.postgresUrl : config.mariadbUrl);
-  const base = `bench_scale_${runId}`;
-  const tables = { big: base, empty: `${base}_e`, bigBody: `${base}_10k`, purge: `${base}_p` };
-  const figures: StoreFigures = { store: kind, server: await target.describe(), sizes: [], bodies: [], notes: [] };
-  started(figures);
+/**
+ * One store: the template, then at each size the fill, its bytes and the timed rounds;
+ * the 10 KB body's bytes; the purge (SQL). SQL measures a filled table and an empty one
+ * alternately, each round; Redis has one keyspace per database, so its empty figures are
+ * the run at size 0 before the fill, and once more after the delete, for the drift.
+ */
+async function runStore<R>(kind: StoreKind, target: ScaleTarget<R>, figures: StoreFigures, save: () => void): Promise<void> {
+  const sql = target instanceof SqlTarget ? target : undefined;
+  const base = sql ? `bench_scale_${runId}` : `bench:scale:${runId}:`;
+  const spaces = sql
+    ? { big: base, empty: `${base}_e`, bigBody: `${base}_10k`, purge: `${base}_p` }
+    : { big: base, empty: base, bigBody: `${base}10k:`, purge: '' };
   try {
-    await target.createTable(tables.big);
-    await target.createTable(tables.empty);
-    const written = await recordThroughHttp(target.store(tables.big), 200);
-    const template = await target.readRow(tables.big, written.key);
-    figures.template = { ...written, row: { ...template, result: `${template.result?.length} characters` } };
-    // The SQL and Node derivations of a population key must agree, or replays would miss.
-    await target.fill(tables.empty, 'check:', template, 0, 1, { latestExpiry: template.expires_at, spreadMs: HOUR });
-    await target.readRow(tables.empty, populationKey('check:', 0));
+    await target.create(spaces.big);
+    if (sql) await target.create(spaces.empty);
+    const template: Template<R> = await target.template(spaces.big, 200);
+    figures.template = template.shown;
     const workload = (size: number): Workload => ({
-      fingerprint: template.fingerprint ?? undefined,
-      result: template.result!,
+      fingerprint: template.fingerprint,
+      result: template.result,
       ttl: TEMPLATE_TTL_MS,
       replayKey: size > 0 ? () => populationKey('live:', Math.floor(Math.random() * size)) : undefined,
     });
-    const bigStore = target.store(tables.big);
-    const emptyStore = target.store(tables.empty);
+    const bigStore = target.store(spaces.big);
+    const emptyStore = sql ? target.store(spaces.empty) : bigStore;
     let filled = 0;
     let bytesPerRecord = 2_000;
-    for (const size of kind === 'mariadb' ? config.mariadbSizes : config.sizes) {
+    for (const size of sizesOf[kind]) {
       const entry: SizeFigures = { size, empty: [], filled: [] };
       if (size > filled) {
         const need = (size - filled) * bytesPerRecord * 1.5 + 5e9;
@@ -97,171 +114,64 @@ async function runSql(kind: SqlKind, started: (figures: StoreFigures) => void, s
           break;
         }
         log(`${kind}: filling ${filled} -> ${size}`);
-        entry.fillMs = await target.fill(tables.big, 'live:', template, filled, size, {
-          latestExpiry: template.expires_at,
-          spreadMs: 12 * HOUR,
-        });
+        entry.fillMs = await target.fill(spaces.big, 'live:', template.record, filled, size);
         entry.fillRowsPerSecond = Math.round(((size - filled) / entry.fillMs) * 1000);
-        log(`${kind}: filled in ${entry.fillMs} ms (${entry.fillRowsPerSecond} rows/s); settling`);
-        const settled = await target.settle(tables.big);
-        entry.settleMs = settled.ms;
-        if (settled.dirtyPagesLeft !== undefined) entry.dirtyPagesLeft = settled.dirtyPagesLeft;
+        log(`${kind}: filled in ${entry.fillMs} ms (${entry.fillRowsPerSecond} rows/s)`);
+        const settled = await target.settle?.(spaces.big);
+        if (settled) entry.settleMs = settled.ms;
+        if (settled?.dirtyPagesLeft !== undefined) entry.dirtyPagesLeft = settled.dirtyPagesLeft;
         filled = size;
       }
       if (size > 0) {
-        entry.bytes = await target.bytes(tables.big);
-        bytesPerRecord = entry.bytes.total / entry.bytes.rows;
-        log(`${kind}: ${entry.bytes.rows} rows, ${Math.round(bytesPerRecord)} bytes per record`);
+        const { bytes, encodings } = await target.bytes(spaces.big, 'live:', size);
+        entry.bytes = bytes;
+        if (encodings) entry.encodings = encodings;
+        bytesPerRecord = bytes.total / bytes.rows;
+        log(`${kind}: ${bytes.rows} records, ${Math.round(bytesPerRecord)} bytes per record`);
       }
+      if (target instanceof RedisTarget) entry.dbSize = await target.dbSize();
       for (let round = 0; round < config.rounds; round++) {
         // Empty and filled alternate, so that drift of the shared machine falls on both.
-        await target.truncate(tables.empty);
-        await warmUp(emptyStore, workload(0));
-        entry.empty.push(...(await measurePair(emptyStore, workload(0))));
-        if (size > 0) {
-          await warmUp(bigStore, workload(size));
-          entry.filled.push(...(await measurePair(bigStore, workload(size))));
-        }
+        if (sql) await sql.truncate(spaces.empty);
+        if (sql || size === 0) entry.empty.push(...(await measurePair(emptyStore, workload(0))));
+        if (size > 0) entry.filled.push(...(await measurePair(bigStore, workload(size))));
       }
       log(`${kind}: size ${size} measured`);
       figures.sizes.push(entry);
       save();
     }
-    figures.bodies.push(bodyFromSizes(figures.sizes, template.result!.length, written.bodyBytes));
+    if (target instanceof RedisTarget) {
+      await target.drop(spaces.big);
+      // The drift check: empty again, after the population is gone.
+      const after: SizeFigures = { size: 0, empty: [], filled: [], afterDelete: true, dbSize: await target.dbSize() };
+      for (let round = 0; round < config.rounds; round++) after.empty.push(...(await measurePair(bigStore, workload(0))));
+      figures.sizes.push(after);
+    }
+    // The 200-byte population's bytes per record: the largest size measured.
+    const largest = figures.sizes.filter((entry) => entry.bytes).at(-1);
+    const resultChars = template.result.length;
+    figures.bodies.push({ bodyBytes: template.written.bodyBytes, resultChars, bytes: largest?.bytes, encodings: largest?.encodings });
     if (config.bigBodyRecords > 0) {
-      await target.createTable(tables.bigBody);
-      const big = await recordThroughHttp(target.store(tables.bigBody), 10_240);
-      const bigTemplate = await target.readRow(tables.bigBody, big.key);
-      const fillMs = await target.fill(tables.bigBody, 'big:', bigTemplate, 0, config.bigBodyRecords, {
-        latestExpiry: bigTemplate.expires_at,
-        spreadMs: 12 * HOUR,
-      });
-      await target.settle(tables.bigBody);
-      const bytes = await target.bytes(tables.bigBody);
-      figures.bodies.push({ bodyBytes: big.bodyBytes, resultChars: bigTemplate.result!.length, bytes, fillMs });
+      await target.create(spaces.bigBody);
+      const big = await target.template(spaces.bigBody, 10_240);
+      const fillMs = await target.fill(spaces.bigBody, 'big:', big.record, 0, config.bigBodyRecords);
+      await target.settle?.(spaces.bigBody);
+      const { bytes, encodings } = await target.bytes(spaces.bigBody, 'big:', config.bigBodyRecords);
+      figures.bodies.push({ bodyBytes: big.written.bodyBytes, resultChars: big.result.length, bytes, fillMs, encodings });
       save();
       log(`${kind}: 10 KB body, ${Math.round(bytes.total / bytes.rows)} bytes per record`);
-      await target.dropTable(tables.bigBody);
+      await target.drop(spaces.bigBody);
     }
-    if (config.purgeExpired > 0) {
-      await target.dropTable(tables.big);
-      await target.createTable(tables.purge);
+    if (sql && config.purgeExpired > 0) {
+      await target.drop(spaces.big);
       log(`${kind}: purge test`);
-      figures.purge = await sqlPurge(
-        target,
-        tables.purge,
-        template,
-        { expired: config.purgeExpired, live: config.purgeLive },
-        config.windowMs,
-        (line) => log(`${kind}: ${line}`),
-      );
+      const counts = { expired: config.purgeExpired, live: config.purgeLive };
+      const record = template.record as unknown as RecordRow;
+      figures.purge = await sql.purge(spaces.purge, record, counts, config.windowMs, (line) => log(`${kind}: ${line}`));
       log(`${kind}: purge ${figures.purge.rowsPerSecond} rows/s, claims p99 ×${figures.purge.p99Ratio}`);
     }
   } finally {
-    for (const table of Object.values(tables)) await target.dropTable(table).catch(() => undefined);
-    await target.close();
-  }
-}
-
-/** The 200-byte population's bytes per record: the largest size measured. */
-function bodyFromSizes(
-  entries: SizeFigures[],
-  resultChars: number,
-  bodyBytes: number,
-): { bodyBytes: number; resultChars: number; bytes?: TableBytes } {
-  const largest = entries.filter((entry) => entry.bytes).at(-1);
-  return { bodyBytes, resultChars, bytes: largest?.bytes };
-}
-
-async function runRedis(started: (figures: StoreFigures) => void, save: () => void): Promise<void> {
-  const target = await RedisTarget.open(config.redisUrl);
-  const prefix = `bench:scale:${runId}:`;
-  const figures: StoreFigures = { store: 'redis', server: await target.describe(), sizes: [], bodies: [], notes: [] };
-  started(figures);
-  try {
-    const store = target.store(prefix);
-    const written = await recordThroughHttp(store, 200);
-    const raw = await target.rawRecord(store.redisKey(written.key));
-    figures.template = {
-      ...written,
-      raw: { ...raw, fields: raw.fields.map((v, i) => (i % 2 && v.length > 80 ? `${v.length} characters` : v)) },
-    };
-    const resultOf = (fields: string[]) => fields[fields.indexOf('r') + 1];
-    const workload = (size: number): Workload => ({
-      fingerprint: raw.fields[raw.fields.indexOf('f') + 1],
-      result: resultOf(raw.fields),
-      ttl: TEMPLATE_TTL_MS,
-      replayKey: size > 0 ? () => populationKey('live:', Math.floor(Math.random() * size)) : undefined,
-    });
-    let filled = 0;
-    const memoryBefore = await target.usedMemory();
-    for (const size of config.redisSizes) {
-      const entry: SizeFigures = { size, empty: [], filled: [] };
-      if (size > filled) {
-        log(`redis: filling ${filled} -> ${size}`);
-        entry.fillMs = await target.fill(prefix, 'live:', raw, filled, size);
-        entry.fillRowsPerSecond = Math.round(((size - filled) / entry.fillMs) * 1000);
-        filled = size;
-      }
-      if (size > 0) {
-        const usage = await target.memoryUsage(prefix, 'live:', size, 1_000);
-        const delta = (await target.usedMemory()) - memoryBefore;
-        entry.bytes = {
-          rows: size,
-          total: usage.meanBytes * size,
-          detail: { memoryUsageMean: usage.meanBytes, usedMemoryDeltaPerKey: delta / size },
-        };
-        entry.encodings = usage.encodings;
-      }
-      // Redis has one keyspace per database: a run at 0 is the database as it is (see dbsize).
-      entry.dbSize = await target.dbSize();
-      for (let round = 0; round < config.rounds; round++) {
-        await warmUp(store, workload(size));
-        (size > 0 ? entry.filled : entry.empty).push(...(await measurePair(store, workload(size))));
-      }
-      figures.sizes.push(entry);
-      save();
-      log(`redis: size ${size} measured`);
-    }
-    await target.deletePrefix(prefix);
-    // The drift check: empty again, after the population is gone.
-    const after: SizeFigures = { size: 0, empty: [], filled: [], afterDelete: true, dbSize: await target.dbSize() };
-    for (let round = 0; round < config.rounds; round++) {
-      await warmUp(store, workload(0));
-      after.empty.push(...(await measurePair(store, workload(0))));
-    }
-    figures.sizes.push(after);
-    const body = figures.sizes.filter((entry) => entry.bytes).at(-1);
-    figures.bodies.push({
-      bodyBytes: written.bodyBytes,
-      resultChars: resultOf(raw.fields).length,
-      bytes: body?.bytes,
-      encodings: body?.encodings,
-    });
-    if (config.bigBodyRecords > 0) {
-      const bigPrefix = `${prefix}10k:`;
-      const bigStore = target.store(bigPrefix);
-      const big = await recordThroughHttp(bigStore, 10_240);
-      const bigRaw = await target.rawRecord(bigStore.redisKey(big.key));
-      const before = await target.usedMemory();
-      const fillMs = await target.fill(bigPrefix, 'big:', bigRaw, 0, config.bigBodyRecords);
-      const usage = await target.memoryUsage(bigPrefix, 'big:', config.bigBodyRecords, 1_000);
-      const delta = (await target.usedMemory()) - before;
-      figures.bodies.push({
-        bodyBytes: big.bodyBytes,
-        resultChars: resultOf(bigRaw.fields).length,
-        fillMs,
-        encodings: usage.encodings,
-        bytes: {
-          rows: config.bigBodyRecords,
-          total: usage.meanBytes * config.bigBodyRecords,
-          detail: { memoryUsageMean: usage.meanBytes, usedMemoryDeltaPerKey: delta / config.bigBodyRecords },
-        },
-      });
-      await target.deletePrefix(bigPrefix);
-    }
-  } finally {
-    await target.deletePrefix(prefix).catch(() => undefined);
+    for (const space of new Set(Object.values(spaces).filter(Boolean))) await target.drop(space).catch(() => undefined);
     await target.close();
   }
 }
@@ -270,22 +180,25 @@ async function main(): Promise<void> {
   const report: ScaleReport = {
     startedAt: new Date(startedAt).toISOString(),
     lib: describeLib(),
-    config: { ...config, out: undefined },
+    config: { ...config, mariadbSizes: sizesOf.mariadb, redisSizes: sizesOf.redis, out: undefined },
     command: `node -r ./test/support/ts-require.js bench/scale.ts ${process.argv.slice(2).join(' ')}`.trim(),
     stores: [],
   };
   // Written after every size and store, so that a step that fails or is stopped keeps what came before it.
   const save = () => {
     report.durationMs = Date.now() - startedAt;
-    mkdirSync(dirname(config.out), { recursive: true });
-    writeFileSync(config.out, JSON.stringify(report, null, 2) + '\n');
-    writeFileSync(config.out.replace(/\.json$/, '') + '.md', renderReport(report));
+    writeRun(config.out, report, renderReport(report));
   };
   for (const kind of config.stores) {
     let figures: StoreFigures | undefined;
-    const started = (f: StoreFigures) => void report.stores.push((figures = f));
     try {
-      await (kind === 'redis' ? runRedis(started, save) : runSql(kind, started, save));
+      const target: ScaleTarget<unknown> =
+        kind === 'redis'
+          ? await RedisTarget.open(config.redisUrl)
+          : await SqlTarget.open(kind, kind === 'postgres' ? config.postgresUrl : config.mariadbUrl);
+      figures = { store: kind, server: await target.describe(), sizes: [], bodies: [], notes: [] };
+      report.stores.push(figures);
+      await runStore(kind, target, figures, save);
     } catch (error) {
       log(`${kind} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
       const note = `the run failed: ${String(error)}`;
@@ -297,10 +210,4 @@ async function main(): Promise<void> {
   process.stdout.write(renderReport(report));
 }
 
-void main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    log(error instanceof Error ? (error.stack ?? error.message) : String(error));
-    process.exit(1);
-  },
-);
+runMain(main, log);

@@ -4,6 +4,7 @@ import type { IdempotencyStore } from '../lib/core/index.js';
 import type { Logger as TypeOrmLogger } from 'typeorm';
 import { CountingStore } from './counting-store.js';
 import {
+  type FloorBackend,
   createMariadbFloorTable,
   createPostgresFloorTable,
   mariadbFloor,
@@ -14,18 +15,54 @@ import {
   type FloorName,
   type FloorPgPool,
 } from './floors.js';
-import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
-import { openDrizzle, openNodeRedis, openPrisma } from './orm-stores.js';
-import type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
 import { deleteByPrefix } from './harness.js';
+import { LIB_DIR, loadLib, loadLibModule } from './lib.js';
 
-export type { BenchStore, BenchStoreOptions, StoreName } from './store-types.js';
+/** The stores the bench knows (`ALL_STORES` says what each is). */
+export type StoreName = 'memory' | 'redis' | 'redisNear' | 'typeorm' | 'mariadb' | 'prisma' | 'drizzle' | 'node-redis';
+
+/** The servers of every benchmark where its flags name none (bench/README.md, "Before a run"). */
+export const DEFAULT_URLS = {
+  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+  postgres: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+  mariadb: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
+};
+
+export interface BenchStoreOptions {
+  /** @default DEFAULT_URLS.redis */
+  redisUrl?: string;
+  /** ioredis `enableAutoPipelining`. @default false (ioredis's default) */
+  autoPipelining?: boolean;
+  /** @default DEFAULT_URLS.postgres */
+  postgresUrl?: string;
+  /** @default DEFAULT_URLS.mariadb (MariaDB or MySQL) */
+  mariadbUrl?: string;
+  /** Prefix of Redis keys and suffix of the PostgreSQL table, unique per bench process. */
+  runId: string;
+}
+
+/** A store under test, its call counter and what its backend saw (commands, queries). */
+export interface BenchStore {
+  name: StoreName;
+  store: CountingStore;
+  /** Commands or queries the backend client sent, counted at the client. */
+  backendCalls(): number;
+  /** The store path done by hand on the same client or pool (bench/floors.ts), for the stores that have one. */
+  floor?: { name: FloorName; backend: FloorBackend };
+  close(): Promise<void>;
+}
+
+/** The table of a run's SQL store (and, with suffixes, of its floor and steps). */
+function tableOf(options: BenchStoreOptions): string {
+  return `bench_idempotency_${options.runId.replace(/[^a-z0-9_]/gi, '_')}`;
+}
 
 /**
  * `redisNear`: the Redis store with its near cache on (same Redis, own prefix);
  * `typeorm`: the TypeORM store on PostgreSQL; `mariadb`: the same store on MariaDB (or MySQL);
  * `prisma`, `drizzle`: their stores on the same PostgreSQL; `node-redis`: the Redis store on
- * a node-redis client (bench/orm-stores.ts).
+ * a node-redis client. Each counts, at the client, what it sends: EVAL / EVALSHA on Redis,
+ * TypeORM's logged queries, node-postgres `Pool#query` calls for Prisma (its adapter) and Drizzle.
  */
 export const ALL_STORES: readonly StoreName[] = ['memory', 'redis', 'redisNear', 'typeorm', 'mariadb', 'prisma', 'drizzle', 'node-redis'];
 
@@ -67,40 +104,35 @@ export async function openStores(names: readonly StoreName[], options: BenchStor
   return stores;
 }
 
-export async function openStore(name: StoreName, options: BenchStoreOptions): Promise<BenchStore> {
-  switch (name) {
-    case 'memory': {
-      // The store's default bound (10 000): the replay key is stored just before its run, so eviction never removes it.
-      const store = new CountingStore(new (loadLib().MemoryIdempotencyStore)());
-      return {
-        name,
-        store,
-        backendCalls: () => store.counts.claim + store.counts.complete + store.counts.release + store.counts.renew,
-        floor: { name: 'floor-memory', backend: memoryFloor() },
-        close: async () => {},
-      };
-    }
-    case 'redis':
-      return openRedis(options, false);
-    case 'redisNear':
-      return openRedis(options, true);
-    case 'typeorm':
-      return openTypeOrm(options, 'typeorm');
-    case 'mariadb':
-      return openTypeOrm(options, 'mariadb');
-    case 'prisma':
-      return openPrisma(options);
-    case 'drizzle':
-      return openDrizzle(options);
-    case 'node-redis':
-      return openNodeRedis(options);
-  }
+export function openStore(name: StoreName, options: BenchStoreOptions): Promise<BenchStore> {
+  return OPENERS[name](options);
 }
+
+const OPENERS: Record<StoreName, (options: BenchStoreOptions) => Promise<BenchStore>> = {
+  memory: async () => {
+    // The store's default bound (10 000): the replay key is stored just before its run, so eviction never removes it.
+    const store = new CountingStore(new (loadLib().MemoryIdempotencyStore)());
+    return {
+      name: 'memory',
+      store,
+      backendCalls: () => store.counts.claim + store.counts.complete + store.counts.release + store.counts.renew,
+      floor: { name: 'floor-memory', backend: memoryFloor() },
+      close: async () => {},
+    };
+  },
+  redis: (options) => openRedis(options, false),
+  redisNear: (options) => openRedis(options, true),
+  typeorm: (options) => openTypeOrm(options, 'typeorm'),
+  mariadb: (options) => openTypeOrm(options, 'mariadb'),
+  prisma: openPrisma,
+  drizzle: openDrizzle,
+  'node-redis': openNodeRedis,
+};
 
 async function openRedis(options: BenchStoreOptions, near: boolean): Promise<BenchStore> {
   const { Redis } = await import('ioredis');
   const { RedisIdempotencyStore, recommendedRedisOptions } = loadLibModule<typeof import('../lib/redis/index.js')>('redis/index.ts');
-  const client = new Redis(options.redisUrl ?? 'redis://127.0.0.1:6379', {
+  const client = new Redis(options.redisUrl ?? DEFAULT_URLS.redis, {
     ...recommendedRedisOptions(),
     enableAutoPipelining: options.autoPipelining ?? false,
     lazyConnect: true,
@@ -176,72 +208,198 @@ async function openRedis(options: BenchStoreOptions, near: boolean): Promise<Ben
   };
 }
 
-async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariadb'): Promise<BenchStore> {
-  const typeorm = require('typeorm') as typeof import('typeorm');
-  const lib = loadLibModule<Record<string, any>>('typeorm/index.ts');
-  let queries = 0;
-  class CountingLogger implements TypeOrmLogger {
-    logQuery(): void {
-      queries++;
-    }
-    logQueryError(): void {}
-    logQuerySlow(): void {}
-    logSchemaBuild(): void {}
-    logMigration(): void {}
-    log(): void {}
+/**
+ * A TypeORM DataSource on PostgreSQL or MariaDB (or MySQL), initialized, with one pool of
+ * 20: more than the 16 callers of the scale run, fewer than the 50 connections of the
+ * HTTP bench, as an application would size it.
+ */
+export async function openDataSource(
+  kind: 'postgres' | 'mariadb',
+  url: string,
+  logger?: TypeOrmLogger,
+): Promise<import('typeorm').DataSource> {
+  const { DataSource } = require('typeorm') as typeof import('typeorm');
+  const dataSource =
+    kind === 'mariadb'
+      ? new DataSource({ type: 'mariadb', url, logger, poolSize: 20 })
+      : new DataSource({ type: 'postgres', url, logger, extra: { max: 20 } });
+  return dataSource.initialize();
+}
+
+/** Creates (`up`) or drops (`down`) the records table and its steps table through the library's own migration, as an application does. */
+export async function migrateRecordsTable(
+  dataSource: import('typeorm').DataSource,
+  table: string,
+  direction: 'up' | 'down',
+): Promise<void> {
+  const { createIdempotencyRecordsMigration } = loadLibModule<typeof import('../lib/typeorm/index.js')>('typeorm/index.ts');
+  const Migration = createIdempotencyRecordsMigration(table) as new () => import('typeorm').MigrationInterface;
+  const runner = dataSource.createQueryRunner();
+  try {
+    await new Migration()[direction](runner);
+  } finally {
+    await runner.release();
   }
-  const table = `bench_idempotency_${options.runId.replace(/[^a-z0-9_]/gi, '_')}`;
-  // One pool of 20 for 50 concurrent requests, as an application would size it.
+}
+
+async function openTypeOrm(options: BenchStoreOptions, name: 'typeorm' | 'mariadb'): Promise<BenchStore> {
+  const { TypeOrmIdempotencyStore } = loadLibModule<typeof import('../lib/typeorm/index.js')>('typeorm/index.ts');
+  let queries = 0;
+  const ignore = () => undefined;
+  const logger: TypeOrmLogger = {
+    ...{ logQueryError: ignore, logQuerySlow: ignore, logSchemaBuild: ignore, logMigration: ignore, log: ignore },
+    logQuery: () => void queries++,
+  };
+  const table = tableOf(options);
   const dataSource =
     name === 'mariadb'
-      ? new typeorm.DataSource({
-          type: 'mariadb',
-          url: options.mariadbUrl ?? 'mysql://root@127.0.0.1:3306/test',
-          logger: new CountingLogger(),
-          poolSize: 20,
-        })
-      : new typeorm.DataSource({
-          type: 'postgres',
-          url: options.postgresUrl ?? 'postgres://postgres@127.0.0.1:5432/test',
-          logger: new CountingLogger(),
-          extra: { max: 20 },
-        });
-  await dataSource.initialize();
-  await createTable(lib, dataSource, table);
-  const inner = new lib.TypeOrmIdempotencyStore(dataSource, { tableName: table }) as IdempotencyStore;
-  const store = new CountingStore(inner);
+      ? await openDataSource('mariadb', options.mariadbUrl ?? DEFAULT_URLS.mariadb, logger)
+      : await openDataSource('postgres', options.postgresUrl ?? DEFAULT_URLS.postgres, logger);
+  await migrateRecordsTable(dataSource, table, 'up');
+  const store = new CountingStore(new TypeOrmIdempotencyStore(dataSource, { tableName: table }));
   // The floor runs on the pool the store's own statements run on (TypeORM's driver pool).
   const floorTable = `${table}_floor`;
-  const driver = dataSource.driver as unknown as { master?: FloorPgPool; pool?: FloorMysqlPool };
+  const driver = dataSource.driver as unknown as { master: FloorPgPool; pool: FloorMysqlPool };
   let floor: BenchStore['floor'];
   if (name === 'mariadb') {
-    await createMariadbFloorTable(driver.pool!, floorTable);
-    floor = { name: 'floor-mariadb', backend: mariadbFloor(driver.pool!, floorTable) };
+    await createMariadbFloorTable(driver.pool, floorTable);
+    floor = { name: 'floor-mariadb', backend: mariadbFloor(driver.pool, floorTable) };
   } else {
-    await createPostgresFloorTable(driver.master!, floorTable);
-    floor = { name: 'floor-postgres', backend: postgresFloor(driver.master!, floorTable) };
+    await createPostgresFloorTable(driver.master, floorTable);
+    floor = { name: 'floor-postgres', backend: postgresFloor(driver.master, floorTable) };
   }
   const before = queries;
-  const quote = (t: string) => (name === 'mariadb' ? `\`${t}\`` : `"${t}"`);
   return {
     name,
     store,
     backendCalls: () => queries - before,
     floor,
     close: async () => {
-      for (const t of [table, floorTable]) await dataSource.query(`DROP TABLE IF EXISTS ${quote(t)}`).catch(() => undefined);
+      await migrateRecordsTable(dataSource, table, 'down').catch(ignore);
+      await dataSource.query(`DROP TABLE IF EXISTS ${name === 'mariadb' ? `\`${floorTable}\`` : `"${floorTable}"`}`).catch(ignore);
       await dataSource.destroy();
     },
   };
 }
 
-/** Creates the records table through the store's own migration, as an application would. */
-async function createTable(lib: Record<string, any>, dataSource: import('typeorm').DataSource, table: string): Promise<void> {
-  const Migration = lib.createIdempotencyRecordsMigration(table) as new () => import('typeorm').MigrationInterface;
-  const runner = dataSource.createQueryRunner();
+/** A node-postgres pool whose `query` calls are counted (one per statement the store sends). */
+function countedPool(options: BenchStoreOptions): { pool: import('pg').Pool; queries: () => number } {
+  const { Pool } = require('pg') as typeof import('pg');
+  // One pool of 20 for 50 concurrent requests, as the TypeORM store gets.
+  const pool = new Pool({ connectionString: options.postgresUrl ?? DEFAULT_URLS.postgres, max: 20 });
+  // An idle connection the server ends is reported here; without a listener the process exits.
+  pool.on('error', () => undefined);
+  let queries = 0;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args) => {
+    queries++;
+    return query(...args);
+  };
+  return { pool, queries: () => queries };
+}
+
+/** Opens a SQL store on `pool`, creates its tables with `ensureTable()`, and drops them on close. */
+async function sqlBenchStore(
+  name: 'prisma' | 'drizzle',
+  inner: IdempotencyStore & { ensureTable(): Promise<void>; close(): Promise<void> },
+  counted: { pool: import('pg').Pool; queries: () => number },
+  table: string,
+  disconnect: () => Promise<void>,
+): Promise<BenchStore> {
   try {
-    await new Migration().up(runner);
-  } finally {
-    await runner.release();
+    await inner.ensureTable();
+  } catch (error) {
+    await disconnect().catch(() => undefined);
+    throw error;
   }
+  const before = counted.queries();
+  return {
+    name,
+    store: new CountingStore(inner),
+    backendCalls: () => counted.queries() - before,
+    close: async () => {
+      await inner.close();
+      await counted.pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_steps"`).catch(() => undefined);
+      await disconnect();
+    },
+  };
+}
+
+async function openPrisma(options: BenchStoreOptions): Promise<BenchStore> {
+  // The test suite's generated client (.tmp/prisma-test-clients/, offline `prisma generate`, generated once).
+  const { generatedClientDir } = require('../test/prisma/support.js') as typeof import('../test/prisma/support.js');
+  type Client = import('../lib/prisma/index.js').PrismaClientLike & { $disconnect(): Promise<void> };
+  const { PrismaClient } = require(join(generatedClientDir('postgresql'), 'client.ts')) as { PrismaClient: new (o: object) => Client };
+  const { PrismaPg } = require('@prisma/adapter-pg') as typeof import('@prisma/adapter-pg');
+  const { PrismaIdempotencyStore } = loadLibModule<typeof import('../lib/prisma/index.js')>('prisma/index.ts');
+  const counted = countedPool(options);
+  const prisma = new PrismaClient({ adapter: new PrismaPg(counted.pool) });
+  const table = tableOf(options);
+  const disconnect = async () => {
+    await prisma.$disconnect();
+    await counted.pool.end().catch(() => undefined);
+  };
+  return sqlBenchStore('prisma', new PrismaIdempotencyStore(prisma, { tableName: table }), counted, table, disconnect);
+}
+
+async function openDrizzle(options: BenchStoreOptions): Promise<BenchStore> {
+  const { drizzle } = require('drizzle-orm/node-postgres') as typeof import('drizzle-orm/node-postgres');
+  const { DrizzleIdempotencyStore } = loadLibModule<typeof import('../lib/drizzle/index.js')>('drizzle/index.ts');
+  const counted = countedPool(options);
+  const table = tableOf(options);
+  // Prepared statements: the store's default, as the TypeORM store prepares its own.
+  const store = new DrizzleIdempotencyStore(drizzle(counted.pool), { tableName: table });
+  return sqlBenchStore('drizzle', store, counted, table, () => counted.pool.end());
+}
+
+async function openNodeRedis(options: BenchStoreOptions): Promise<BenchStore> {
+  const { createClient } = require('redis') as typeof import('redis');
+  const { RedisIdempotencyStore, recommendedNodeRedisOptions } = loadLibModule<typeof import('../lib/redis/index.js')>('redis/index.ts');
+  const client = createClient({ url: options.redisUrl ?? DEFAULT_URLS.redis, ...recommendedNodeRedisOptions() });
+  // Errors surface through the commands (and fail the run).
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    client.destroy();
+    throw error;
+  }
+  let commands = 0;
+  // The same shape the store reads from a node-redis client, with EVAL / EVALSHA counted.
+  const counted = {
+    get isOpen() {
+      return client.isOpen;
+    },
+    get isReady() {
+      return client.isReady;
+    },
+    options: client.options,
+    connect: () => client.connect(),
+    eval: (script: string, o?: { keys?: string[]; arguments?: string[] }) => {
+      commands++;
+      return client.eval(script, o);
+    },
+    evalSha: (sha: string, o?: { keys?: string[]; arguments?: string[] }) => {
+      commands++;
+      return client.evalSha(sha, o);
+    },
+    ping: () => client.ping(),
+    on: (event: string, listener: (...args: unknown[]) => void) => client.on(event, listener),
+    removeListener: (event: string, listener: (...args: unknown[]) => void) => client.removeListener(event, listener),
+  };
+  const prefix = `bench:${options.runId}:node-redis:`;
+  const store = new RedisIdempotencyStore(counted as never, { prefix });
+  return {
+    name: 'node-redis',
+    store: new CountingStore(store),
+    backendCalls: () => commands,
+    close: async () => {
+      await store.close?.();
+      for await (const keys of client.scanIterator({ MATCH: `${prefix}*`, COUNT: 1000 })) {
+        const batch = ([] as string[]).concat(keys as string | string[]);
+        if (batch.length) await client.unlink(batch);
+      }
+      client.destroy();
+    },
+  };
 }

@@ -11,6 +11,7 @@ import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post, type INestApplication, type Type } from '@nestjs/common';
 import { join } from 'node:path';
 import { charge, listen, TTL, type ChargeBody } from '../app.js';
+import { serveParent } from '../harness.js';
 import { loadLib } from '../lib.js';
 import { openStore } from '../stores.js';
 
@@ -98,29 +99,20 @@ async function start(config: PeersAppConfig): Promise<{ app: INestApplication; c
 }
 
 if (require.main === module) {
-  const config = JSON.parse(process.env.BENCH_PEERS_CONFIG ?? '{}') as PeersAppConfig;
-  const send = (message: PeersChildMessage) => process.send!(message);
-  process.once('disconnect', () => process.exit(0));
-  start(config).then(
-    ({ app, close }) => {
-      const address = app.getHttpServer().address() as { port: number };
-      process.on('message', (message: { id: number; type: 'cpu' | 'close' }) => {
-        if (message.type === 'cpu') {
-          const cpu = process.cpuUsage();
-          send({ id: message.id, type: 'cpu', cpuMicros: cpu.user + cpu.system });
-        } else {
-          void close().then(() => {
-            send({ id: message.id, type: 'closed' });
-            process.exit(0);
-          });
-        }
-      });
-      const version = (name: string) => (require(join(PEERS_DIR, 'node_modules', name, 'package.json')) as { version: string }).version;
-      send({ type: 'ready', port: address.port, nest: version('@nestjs/core'), peer: version('@node-idempotency/nestjs') });
-    },
-    (error: unknown) => {
-      send({ type: 'failed', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      process.exit(1);
-    },
-  );
+  serveParent<{ id: number; type: 'cpu' | 'close' }>(async () => {
+    const { app, close } = await start(JSON.parse(process.env.BENCH_PEERS_CONFIG ?? '{}') as PeersAppConfig);
+    const version = (name: string) => (require(join(PEERS_DIR, 'node_modules', name, 'package.json')) as { version: string }).version;
+    return {
+      ready: {
+        port: (app.getHttpServer().address() as { port: number }).port,
+        nest: version('@nestjs/core'),
+        peer: version('@node-idempotency/nestjs'),
+      },
+      answer: async () => {
+        const cpu = process.cpuUsage();
+        return { type: 'cpu', cpuMicros: cpu.user + cpu.system };
+      },
+      close,
+    };
+  });
 }

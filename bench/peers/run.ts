@@ -14,20 +14,20 @@
  * plain Redis (it has no near cache): the report puts it in a column of the Redis row.
  * Not part of `npm test` or CI: it takes minutes and its figures are timings.
  */
-import { execFileSync, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { parseFlags, sharedFlags, type SharedOptions } from '../args.js';
+import { listOf, parseFlags, requirePositive, sharedFlags, type SharedOptions } from '../args.js';
 import { writeCharts } from '../chart.js';
-import { forkReady, IpcChild, replaceBetweenMarkers, ROOT } from '../harness.js';
+import { forkReady, IpcChild, machineInfo, replaceBetweenMarkers, ROOT, runMain, writeRun } from '../harness.js';
 import { cannon, sampleOf, storeReplayed, type RunSample } from '../load.js';
 import { describeLib } from '../lib.js';
+import { PLATFORM_LABEL, PLATFORMS, type Platform } from '../report.js';
+import { DEFAULT_URLS } from '../stores.js';
 import { median, round } from '../stats.js';
 import type { PeersAppConfig, PeersChildMessage } from './app.js';
 
-type Platform = 'express' | 'fastify';
 type Store = 'memory' | 'redis' | 'redisNear';
 const ALL_STORES: readonly Store[] = ['memory', 'redis', 'redisNear'];
 type Case = 'first' | 'replay';
@@ -76,33 +76,19 @@ export function parseArgs(argv: string[]): PeersOptions {
     duration: 2,
     rounds: 5,
     connections: 50,
-    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    redisUrl: DEFAULT_URLS.redis,
     autoPipelining: false,
     out: DEFAULT_OUT,
     updateDocs: true,
   };
-  // A list of allowed values, or `both` for every one of `both`.
-  const list = <T extends string>(flag: string, raw: string, allowed: readonly T[], both?: readonly T[]) => {
-    if (both && raw === 'both') return [...both];
-    const items = raw.split(',') as T[];
-    for (const item of items) if (!allowed.includes(item)) throw new Error(`${flag}: unknown value ${item}`);
-    return items;
-  };
-  const PLATFORMS = ['express', 'fastify'] as const;
   parseFlags(argv, {
-    ...sharedFlags(options),
-    '--platform': (value) => (options.platforms = list('--platform', value(), PLATFORMS, PLATFORMS)),
-    '--stores': (value) => (options.stores = list('--stores', value(), ALL_STORES)),
-    '--cases': (value) => (options.cases = list('--cases', value(), ['first', 'replay'] as const)),
+    ...sharedFlags(options, 'bench:peers'),
+    '--platform': (value) => (options.platforms = listOf('--platform', value(), PLATFORMS)),
+    '--stores': (value) => (options.stores = listOf('--stores', value(), ALL_STORES)),
+    '--cases': (value) => (options.cases = listOf('--cases', value(), ['first', 'replay'] as const)),
     '--report': (value) => (options.report = resolve(value())),
-    '--help': () => {
-      process.stdout.write('npm run bench:peers -- [options]: bench/README.md lists them.\n');
-      process.exit(0);
-    },
   });
-  if (!(options.duration > 0) || !(options.rounds >= 1) || !(options.connections >= 1)) {
-    throw new Error('--duration, --rounds and --connections must be positive numbers.');
-  }
+  requirePositive(options, ['duration', 'rounds', 'connections']);
   return options;
 }
 
@@ -112,28 +98,15 @@ function installPeers(): void {
   execFileSync('bash', [join(ROOT, '.ci', 'legs', 'install.sh'), 'peers', PEERS_DIR], { stdio: ['ignore', 2, 2] });
 }
 
-class PeersApp extends IpcChild<PeersChildMessage> {
-  private constructor(
-    child: ChildProcess,
-    readonly port: number,
-    readonly nest: string,
-    readonly peer: string,
-  ) {
-    super(child);
-  }
-
-  static async start(config: PeersAppConfig): Promise<PeersApp> {
-    const { child, ready } = await forkReady<Extract<PeersChildMessage, { type: 'ready' }>>(join(__dirname, 'app.ts'), {
-      name: 'peers app',
-      env: { ...process.env, BENCH_PEERS_CONFIG: JSON.stringify(config), BENCH_PEERS_DIR: PEERS_DIR },
-    });
-    return new PeersApp(child, ready.port, ready.nest, ready.peer);
-  }
-
-  async cpuMicros(): Promise<number> {
-    const message = await this.ask({ type: 'cpu' });
-    return message.type === 'cpu' ? message.cpuMicros : Number.NaN;
-  }
+/** The peers app (bench/peers/app.ts) in its own process: its port, versions, and its CPU time asked over IPC. */
+async function startApp(config: PeersAppConfig) {
+  const { child, ready } = await forkReady<Extract<PeersChildMessage, { type: 'ready' }>>(join(__dirname, 'app.ts'), {
+    name: 'peers app',
+    env: { ...process.env, BENCH_PEERS_CONFIG: JSON.stringify(config), BENCH_PEERS_DIR: PEERS_DIR },
+  });
+  const ipc = new IpcChild<PeersChildMessage>(child);
+  const cpuMicros = async () => (await ipc.ask<Extract<PeersChildMessage, { type: 'cpu' }>>({ type: 'cpu' })).cpuMicros;
+  return { ...ready, cpuMicros, close: () => ipc.close() };
 }
 
 interface Paired {
@@ -178,7 +151,7 @@ async function runOne(
   runId: string,
   log: (line: string) => void,
 ): Promise<{ app: { nest: string; peer: string }; results: PeersResult['results'] }> {
-  const app = await PeersApp.start({
+  const app = await startApp({
     platform,
     store,
     runId: `${runId}${platform[0]}${store === 'redisNear' ? 'n' : store[0]}`,
@@ -274,7 +247,7 @@ export function peersReport(result: PeersResult): string {
     const replay = cells('replay');
     const cpu = first.cpu.map((x, i) => `${x} / ${replay.cpu[i]}`).join(' · ');
     lines.push(
-      `| ${platform === 'express' ? 'Express' : 'Fastify'}, ${store === 'redis' ? 'Redis' : 'memory'} | ${first.text.join(' | ')} | ${replay.text.join(' | ')} | ${cpu} |`,
+      `| ${PLATFORM_LABEL[platform]}, ${store === 'redis' ? 'Redis' : 'memory'} | ${first.text.join(' | ')} | ${replay.text.join(' | ')} | ${cpu} |`,
     );
   }
   return lines.join('\n');
@@ -304,7 +277,7 @@ async function main(): Promise<void> {
     lib: describeLib(),
     nest: '',
     peer: '',
-    machine: { node: process.version, cpus: cpus().length, cpuModel: cpus()[0]?.model.trim() ?? 'unknown', loadAverageAtStart: loadavg() },
+    machine: machineInfo(),
     options: shown,
     results: [],
   };
@@ -318,9 +291,7 @@ async function main(): Promise<void> {
     }
   }
   const report = peersReport(result);
-  mkdirSync(dirname(options.out), { recursive: true });
-  writeFileSync(options.out, JSON.stringify(result, null, 2) + '\n');
-  writeFileSync(options.out.replace(/\.json$/, '.md'), report + '\n');
+  writeRun(options.out, result, report + '\n');
   process.stdout.write('\n' + report + '\n');
   if (options.updateDocs && options.out === DEFAULT_OUT && !process.env.BENCH_LIB) {
     updateDocs(report);
@@ -333,12 +304,4 @@ async function main(): Promise<void> {
   }
 }
 
-if (require.main === module) {
-  main().then(
-    () => process.exit(0),
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
-}
+if (require.main === module) runMain(main);
