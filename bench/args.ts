@@ -1,4 +1,4 @@
-/** How the bench scripts read their flags: `--flag value` or `--flag=value`; an unknown flag is an error, never ignored. */
+/** How the bench scripts read their flags (`--flag value` or `--flag=value`; an unknown flag is an error, never ignored), and the servers they default to. */
 import { resolve } from 'node:path';
 
 /** What a flag does to the options: `value()` reads its value (`--flag=v`, or the next argument); `inline` is the `=v` part alone. */
@@ -64,3 +64,10 @@ export function sharedFlags(options: SharedOptions, script: string): FlagHandler
     '--no-docs': () => (options.updateDocs = false),
   };
 }
+
+/** The servers of every benchmark where its flags name none (bench/README.md, "Before a run"). */
+export const DEFAULT_URLS = {
+  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+  postgres: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+  mariadb: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test',
+};

@@ -35,7 +35,7 @@ export interface BenchOptions {
   cases: HttpCase[];
   /** ioredis enableAutoPipelining. @default false (ioredis's default) */
   autoPipelining: boolean;
-  /** @default DEFAULT_URLS of bench/stores.ts (`REDIS_URL`, `DATABASE_URL`, `MYSQL_URL`) */
+  /** @default DEFAULT_URLS of bench/args.ts (`REDIS_URL`, `DATABASE_URL`, `MYSQL_URL`) */
   redisUrl: string;
   postgresUrl: string;
   mariadbUrl: string;

@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { listOf, numberFlags, parseFlags, requirePositive, sharedFlags } from './args.js';
+import { DEFAULT_URLS, listOf, numberFlags, parseFlags, requirePositive, sharedFlags } from './args.js';
 import { writeCharts } from './chart.js';
 import type { FloorName } from './floors.js';
 import { machineInfo, replaceBetweenMarkers, ROOT, runMain, writeRun } from './harness.js';
@@ -37,7 +37,7 @@ import {
   type Variant,
 } from './report.js';
 import { median, round, speedGauge } from './stats.js';
-import { ALL_STORES, DEFAULT_URLS, FLOOR_OF, storeModuleReady, type StoreName } from './stores.js';
+import { ALL_STORES, FLOOR_OF, storeModuleReady, type StoreName } from './stores.js';
 
 const DEFAULT_OUT = join(ROOT, 'bench', 'results', 'latest.json');
 const BENCH_LIB_OUT = join(ROOT, '.tmp', 'bench-lib.json');

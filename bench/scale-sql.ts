@@ -9,7 +9,7 @@ import type { DataSource } from 'typeorm';
 import { loadLibModule } from './lib.js';
 import { measurePurge, populationKey, type PurgeFigures, type PurgingStore } from './scale-measure.js';
 import { recordThroughHttp, type ScaleTarget, type TableBytes, type Template } from './scale-template.js';
-import { migrateRecordsTable, openDataSource } from './stores.js';
+import { migrateRecordsTable, openDataSource } from './sql-stores.js';
 
 export type SqlKind = 'postgres' | 'mariadb';
 

@@ -16,14 +16,13 @@
  */
 import 'reflect-metadata';
 import { resolve } from 'node:path';
-import { numberFlags, parseFlags } from './args.js';
+import { DEFAULT_URLS, numberFlags, parseFlags } from './args.js';
 import { runMain, writeRun } from './harness.js';
 import { describeLib } from './lib.js';
 import { measureLatency, populationKey, warmUp, type LatencyRun, type Workload } from './scale-measure.js';
 import { RedisTarget } from './scale-redis.js';
 import { renderReport, type ScaleReport, type SizeFigures, type StoreFigures } from './scale-report.js';
 import { SqlTarget, type RecordRow, type SqlKind } from './scale-sql.js';
-import { DEFAULT_URLS } from './stores.js';
 import { TEMPLATE_TTL_MS, type ScaleTarget, type Template } from './scale-template.js';
 
 type StoreKind = SqlKind | 'redis';

@@ -18,13 +18,12 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { listOf, parseFlags, requirePositive, sharedFlags, type SharedOptions } from '../args.js';
+import { DEFAULT_URLS, listOf, parseFlags, requirePositive, sharedFlags, type SharedOptions } from '../args.js';
 import { writeCharts } from '../chart.js';
 import { forkReady, IpcChild, machineInfo, replaceBetweenMarkers, ROOT, runMain, writeRun } from '../harness.js';
 import { cannon, sampleOf, storeReplayed, type RunSample } from '../load.js';
 import { describeLib } from '../lib.js';
 import { PLATFORM_LABEL, PLATFORMS, type Platform } from '../report.js';
-import { DEFAULT_URLS } from '../stores.js';
 import { median, round } from '../stats.js';
 import type { PeersAppConfig, PeersChildMessage } from './app.js';
 
