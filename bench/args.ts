@@ -9,16 +9,18 @@ export function parseFlags(argv: string[], handlers: FlagHandlers): void {
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split('=', 2);
     const handler = handlers[flag];
-    if (!handler) throw new Error(`Unknown option ${flag}; see --help.`);
+    if (!handler) throw new Error(`Unknown option ${flag}; bench/README.md lists each script's.`);
     handler(() => inline ?? argv[++i], inline);
   }
 }
 
-/** A `--kebab-case <number>` flag for each of `names`, setting `options[name]` (`bigBodyRecords`: `--big-body-records`). */
+/** The flag of an option: `bigBodyRecords` is `--big-body-records`. */
+const flagOf = (name: string) => `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+
+/** A `--kebab-case <number>` flag for each of `names`, setting `options[name]`. */
 export function numberFlags<T extends object>(options: T, names: ReadonlyArray<keyof T & string>): FlagHandlers {
-  const flag = (name: string) => `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   return Object.fromEntries(
-    names.map((name) => [flag(name), (value: () => string) => ((options as Record<string, unknown>)[name] = Number(value()))]),
+    names.map((name) => [flagOf(name), (value: () => string) => ((options as Record<string, unknown>)[name] = Number(value()))]),
   );
 }
 
@@ -33,10 +35,10 @@ export function listOf<T extends string>(flag: string, raw: string, allowed: rea
   return items as T[];
 }
 
-/** Throws unless each of `names` is a number above 0 (a flag given no number reads as NaN). */
+/** Throws unless each of `names` is above 0, and each count (all but `duration`) at least 1; a flag given no number reads as NaN. */
 export function requirePositive<T extends object>(options: T, names: ReadonlyArray<keyof T & string>): void {
-  const bad = names.filter((name) => !((options[name] as number) > 0));
-  if (bad.length) throw new Error(`${bad.map((name) => `--${name}`).join(', ')}: must be a positive number.`);
+  const bad = names.filter((name) => !((options[name] as number) >= (name === 'duration' ? Number.MIN_VALUE : 1)));
+  if (bad.length) throw new Error(`${bad.map(flagOf).join(', ')}: must be a positive number.`);
 }
 
 /** The options `npm run bench` and `npm run bench:peers` both take. */
