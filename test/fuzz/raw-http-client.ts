@@ -3,7 +3,7 @@
  * client refuses to send control characters, CRLF or non-Latin-1 bytes in headers,
  * which is exactly what these tests must send. Requests go one at a time on one
  * connection; when the server closes it (as Node's parser does after a malformed
- * request), the next request opens a new one.
+ * request), or a header line held a line break, the next request opens a new one.
  */
 import { connect, type Socket } from 'node:net';
 
@@ -60,10 +60,17 @@ export class RawHttpClient {
     }
     lines.push(Buffer.from('\r\n'), body);
     this.socket!.write(Buffer.concat(lines));
+    // A line break inside a header line ends the request early for the server: the bytes
+    // after it are read as another request, whose answer would come back as the next
+    // request's. Such a request gets its connection to itself.
+    const framed = (request.headers ?? []).every(([name, value]) => !/[\r\n]/.test(name + value.toString('latin1')));
     const deadline = Date.now() + this.timeoutMs;
     for (;;) {
       const response = this.tryParse(request.method === 'HEAD');
-      if (response) return response;
+      if (response) {
+        if (!framed) this.close();
+        return response;
+      }
       if (this.closed) throw new ConnectionClosedError(this.buffer.length);
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw new Error(`no response within ${this.timeoutMs} ms`);
