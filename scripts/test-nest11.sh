@@ -38,4 +38,4 @@ case "$version" in 11.*) ;; *) echo "expected NestJS 11 in child processes, got 
 if [ "$#" -eq 0 ]; then
   set -- test/nest test/messages test/tokens test/terminus test/observability test/reliability/security.spec.ts sample-app test/integrations test/graphql test/openapi test/conformance/shapes test/websockets test/conformance/socket.io.conformance.spec.ts test/conformance/socket.io-interceptor.conformance.spec.ts
 fi
-npx jest -c jest.nest11.config.js "$@"
+node scripts/jest-all.mjs --config=jest.nest11.config.js "$@"

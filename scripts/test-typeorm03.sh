@@ -22,4 +22,4 @@ export NODE_OPTIONS="${NODE_OPTIONS:-} --require $PWD/.typeorm03/resolve-typeorm
 version=$(node -p "require(require('node:path').join(require.resolve('typeorm'), '..', 'package.json')).version")
 echo "TypeORM $version (as child processes resolve it)"
 case "$version" in 0.3.*) ;; *) echo "expected TypeORM 0.3 in child processes, got $version" >&2; exit 1 ;; esac
-npx jest -c jest.typeorm03.config.js "$@"
+node scripts/jest-all.mjs --config=jest.typeorm03.config.js "$@"

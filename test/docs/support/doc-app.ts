@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { appendFileSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { dirname, join, relative } from 'node:path';
 import { freePort, waitFor } from '../../messages/support.js';
 
@@ -292,11 +293,49 @@ export async function buildPageApps(
   return dirs;
 }
 
-/** The page's `npm run build`: the app's own TypeScript compiler on its tsconfig. */
+/**
+ * The page's `npm run build`: the app's own TypeScript compiler on its tsconfig. On the
+ * repository's install, when the test run serves builds (DOCS_BUILD_SOCKET, see
+ * build-server.mjs), the same compiler builds it in the run's one build process, which
+ * parses the declaration files all apps share once.
+ */
 export async function buildApp(dir: string, tsconfig = 'tsconfig.json'): Promise<void> {
   const started = Date.now();
-  await run(process.execPath, [join(packagePath(dir, 'typescript'), 'bin', 'tsc'), '-p', tsconfig], dir);
+  const socket = process.env.DOCS_BUILD_SOCKET;
+  const served = socket && !freshInstall ? await serveBuild(socket, dir, tsconfig) : undefined;
+  if (served && !served.ok && !served.unsupported) {
+    throw new Error(`tsc -p ${tsconfig} (in ${dir}, by the test run's build process) failed:\n${served.output}`);
+  }
+  if (!served?.ok) await run(process.execPath, [join(packagePath(dir, 'typescript'), 'bin', 'tsc'), '-p', tsconfig], dir);
   record({ app: relative(FRESH_DIR ?? root, dir), build: (Date.now() - started) / 1000 });
+}
+
+/** What the build process answers (build-server.mjs). */
+export interface ServedBuild {
+  /** tsc would have exited 0. */
+  ok: boolean;
+  /** A build it leaves to tsc (an incremental one). */
+  unsupported?: boolean;
+  /** tsc's diagnostics, as it prints them. */
+  output: string;
+}
+
+/** Asks the build process at `socket` to build `dir`; undefined when it cannot be reached (the caller runs tsc). */
+export function serveBuild(socket: string, dir: string, tsconfig = 'tsconfig.json'): Promise<ServedBuild | undefined> {
+  return new Promise((resolve) => {
+    const connection = createConnection(socket);
+    let answer = '';
+    connection.setEncoding('utf8');
+    connection.on('connect', () => connection.write(JSON.stringify({ dir, tsconfig }) + '\n'));
+    connection.on('data', (chunk) => {
+      answer += chunk;
+      if (!answer.endsWith('\n')) return;
+      connection.end();
+      resolve(JSON.parse(answer));
+    });
+    connection.on('error', () => resolve(undefined));
+    connection.on('close', () => resolve(undefined));
+  });
 }
 
 export interface RunningApp {
