@@ -18,7 +18,7 @@
 //
 // The docs apps are built by one process for both passes (test/docs/support/build-server.mjs:
 // 31 apps in 7 s instead of 41 s of tsc runs). Each pass's per-suite times are printed at
-// the end (the slowest) and kept in .tmp/jest-timings/.
+// the end (the slowest) and kept in .tmp/jest-timings/<config>/.
 //
 // Usage: npm run test:jest [-- <paths or Jest options>]: the paths select suites as Jest's
 // own do (each pass runs its share of them); options go to both passes.
@@ -57,7 +57,9 @@ const suites = JSON.parse(listed.stdout).sort();
 const exactly = (path) => `^${path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`;
 
 // Each pass's per-suite times (Jest's --json report), for the summary at the end.
-const TIMINGS = join(process.cwd(), '.tmp', 'jest-timings');
+// One folder per Jest config, so that a leg on another config (NestJS 11, TypeORM 0.3) keeps npm test's.
+const config = options.find((option) => option.startsWith('--config='))?.slice('--config='.length) ?? 'jest.config.js';
+const TIMINGS = join(process.cwd(), '.tmp', 'jest-timings', config.replace(/[^\w.-]+/g, '_'));
 rmSync(TIMINGS, { recursive: true, force: true });
 mkdirSync(TIMINGS, { recursive: true });
 const reports = [];
@@ -99,7 +101,7 @@ const serial = jest(
 
 buildServer.kill();
 
-// Where the time went: the slowest suites of each pass (all of them in .tmp/jest-timings/).
+// Where the time went: the slowest suites of each pass (all of them in .tmp/jest-timings/<config>/).
 for (const [index, report] of reports.entries()) {
   if (!existsSync(report)) continue;
   const results = JSON.parse(readFileSync(report, 'utf8')).testResults;
