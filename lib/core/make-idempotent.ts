@@ -55,7 +55,7 @@ export interface MakeIdempotentOptions<A extends unknown[]> {
   maxResponseBytes?: number;
   /**
    * @deprecated use maxResponseBytes (the same limit under the module's name; this alias
-   * goes in the next minor release). Both given with different values is refused.
+   * goes in 1.0). Both given with different values is refused.
    * @default 1048576
    */
   maxResultBytes?: number;

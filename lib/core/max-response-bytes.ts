@@ -11,7 +11,7 @@ export interface SizeLimitOption {
 /**
  * Reads the one size limit, `maxResponseBytes`, from options that also accept its
  * deprecated alias `maxResultBytes` (`makeIdempotent`, `TypeOrmIdempotencyStore`; the alias goes
- * in the next minor release). Both written with different values is a mistake the library cannot settle,
+ * in 1.0). Both written with different values is a mistake the library cannot settle,
  * so it refuses it. Not part of the public API.
  */
 export function sizeLimitOf(

@@ -28,7 +28,7 @@ export interface TypeOrmIdempotencyStoreOptions extends TransactionTuning {
   maxResponseBytes?: number;
   /**
    * @deprecated use maxResponseBytes (the same limit under the module's name; this alias
-   * goes in the next minor release). Both given with different values is refused.
+   * goes in 1.0). Both given with different values is refused.
    * @default 1_048_576
    */
   maxResultBytes?: number;
