@@ -109,6 +109,14 @@ export class NearCache implements TrackedCache {
     return this.tracking.clientId;
   }
 
+  /** Whether lookup(key) would answer now; nothing counted, nothing started. */
+  holds(key: string): boolean {
+    const entry = this.entries.get(key);
+    if (entry === undefined) return false;
+    const now = performance.now();
+    return this.enabled && entry.deadline > now && now < this.identityValidUntil;
+  }
+
   /** The cached answer to a claim of `key`, if one may be given without Redis. Starts the cache on first use. */
   lookup(key: string): ClaimResult | undefined {
     const entry = this.entries.get(key);

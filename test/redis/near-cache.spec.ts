@@ -1,4 +1,4 @@
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Redis from 'ioredis';
@@ -207,6 +207,29 @@ describe('near cache across processes', () => {
     }
     expect(stale).toBe(0);
     expect(stats(store).hits).toBeGreaterThanOrEqual(100);
+  }, 60_000);
+
+  it('never replays a record forgotten while this process was busy: the claim and the invalidation ready at once', async () => {
+    const key = 'k-busy-forget';
+    let stale = 0;
+    for (let round = 0; round < 20; round++) {
+      await completeAndCache(store, key, `round ${round}`);
+      // Another connection deletes the record as forget() does (the PING after the delete:
+      // the invalidation has left Redis when it is answered) while this process's event
+      // loop is blocked, so the invalidation waits on the cache's socket; then a claim
+      // comes in before that socket is read, as a request handled first would.
+      const forgot = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', '6379'], {
+        input: `DEL ${store.redisKey(key)}\nPING\n`,
+        encoding: 'utf8',
+      });
+      expect(forgot.stdout.split('\n').slice(0, 2)).toEqual(['1', 'PONG']);
+      const next = await store.claim(key, { token: `busy-${round}`, leaseTtl: 30_000 });
+      if (!next.claimed) {
+        stale++;
+        await store.delete(key);
+      } else await store.release(key, `busy-${round}`);
+    }
+    expect(stale).toBe(0);
   }, 60_000);
 
   it('never replays the old result once another process forgot and re-completed the key (100 rounds)', async () => {
