@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Every Jest suite, in two passes (npm test's last step; `npm run test:jest`):
+// Every Jest suite, in three passes (npm test's last step; `npm run test:jest`):
 //
 // 1. the suites that wait on real services, processes and brokers, three at a time
 //    (`-w 3`): on a 2-core machine two workers left the CPU 40 % idle (each suite waits
@@ -10,19 +10,22 @@
 //    seconds of a SIGKILL), three at a time among themselves only: they mostly wait
 //    (stalls, deadlines, leases), so beside one another they measure what they measured
 //    alone (slowest 503 4.00–4.05 s one at a time, 4.00–4.03 s three at a time; probes
-//    after a heal up to 2.2 s either way), which beside the CPU-bound suites of pass 1
-//    they would not.
+//    after a heal up to 2.2 s either way), which beside CPU-bound suites they would not:
+//    a Redis Cluster's reconnection after a stall outlasted its 2 s bound once, beside
+//    the invariant harnesses;
+// 3. then the invariant harnesses (test/reliability/invariant.*: application processes
+//    under load, killed and restarted, CPU-bound), three at a time. They assert the
+//    invariant, not a time, and the fault suites are better off without them.
 //
-// A suite belongs to pass 2 when its assertions depend on how soon something happens
-// under a fault; TIMED below lists them (by folder, or by name for a few elsewhere).
+// TIMED and HARNESSES below list the suites of passes 2 and 3 (by folder, or by name).
 //
-// The docs apps are built by one process for both passes (test/docs/support/build-server.mjs:
+// The docs apps are built by one process for the run (test/docs/support/build-server.mjs:
 // 31 apps in 7 s instead of 41 s of tsc runs). Each pass's per-suite times are printed at
 // the end (the slowest) and kept in .tmp/jest-timings/<config>/.
 //
 // Usage: npm run test:jest [-- <paths or Jest options>]: the paths select suites as Jest's
-// own do (each pass runs its share of them); options go to both passes.
-// JEST_WORKERS=<n> and JEST_FAULT_WORKERS=<n> set each pass's workers (default 3 and 3).
+// own do (each pass runs its share of them); options go to every pass.
+// JEST_WORKERS=<n> sets pass 1's workers, JEST_FAULT_WORKERS=<n> passes 2 and 3's (default 3 and 3).
 import { fork, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -31,7 +34,7 @@ import { join, relative } from 'node:path';
 const TIMED = new RegExp(
   [
     '/test/faults/',
-    '/test/reliability/',
+    '/test/reliability/(?!invariant\\.)',
     '/test/outbox/.*reliability',
     '/test/prisma/stuck-connection',
     '/test/sql/deadline',
@@ -39,6 +42,9 @@ const TIMED = new RegExp(
     '/test/nest/outermost-answer\\.timeout',
   ].join('|'),
 );
+
+/** The invariant harnesses: application processes under load, CPU-bound, after the fault suites (pass 3). */
+const HARNESSES = /\/test\/reliability\/invariant\./;
 
 const args = process.argv.slice(2);
 const options = args.filter((arg) => arg.startsWith('-'));
@@ -88,16 +94,23 @@ await new Promise((resolve, reject) => {
 });
 process.env.DOCS_BUILD_SOCKET = buildSocket;
 
-const concurrent = jest(
-  suites.filter((path) => !TIMED.test(path)),
-  ['-w', workers],
-  `the suites that can run at once (${workers} workers)`,
-);
-const serial = jest(
-  suites.filter((path) => TIMED.test(path)),
-  ['-w', faultWorkers],
-  `the suites that time a fault (${faultWorkers} workers)`,
-);
+const statuses = [
+  jest(
+    suites.filter((path) => !TIMED.test(path) && !HARNESSES.test(path)),
+    ['-w', workers],
+    `the suites that can run at once (${workers} workers)`,
+  ),
+  jest(
+    suites.filter((path) => TIMED.test(path)),
+    ['-w', faultWorkers],
+    `the suites that time a fault (${faultWorkers} workers)`,
+  ),
+  jest(
+    suites.filter((path) => HARNESSES.test(path)),
+    ['-w', faultWorkers],
+    `the invariant harnesses (${faultWorkers} workers)`,
+  ),
+];
 
 buildServer.kill();
 
@@ -113,4 +126,4 @@ for (const [index, report] of reports.entries()) {
   for (const { path, seconds } of times.slice(0, 12)) console.log(`  ${seconds.toFixed(1).padStart(6)} s  ${path}`);
 }
 console.log(`\njest: ${suites.length} suites in ${seconds(started)}`);
-process.exit(concurrent || serial);
+process.exit(statuses.find((status) => status !== 0) ?? 0);

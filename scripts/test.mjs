@@ -4,7 +4,7 @@
 // The checks (type-check, lint, the shape of lib/, the docs snippets) are independent
 // single-process tools of 10–20 s each: they run two at a time, each one's output printed
 // as a block when it ends, and all of them run even when one fails, so one run reports
-// every problem. Jest runs only when they all pass (scripts/jest-all.mjs: its two passes,
+// every problem. Jest runs only when they all pass (scripts/jest-all.mjs: its passes,
 // its timings). Arguments go to Jest (`npm test -- test/core`).
 import { spawn, spawnSync } from 'node:child_process';
 
