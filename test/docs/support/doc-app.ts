@@ -45,15 +45,24 @@ const {
   freshInstallKeyOf: (packageJson: string, lines: readonly string[]) => string;
 };
 
-/** Runs a command to its end; rejects with its output when it exits non-zero. */
+/**
+ * Runs a command to its end and resolves to its standard output; rejects with both its
+ * outputs, interleaved, when it exits non-zero. Standard error stays out of the result:
+ * curl's progress meter (a page's `curl -i` without `-s`, its output piped) could land in
+ * the middle of a status line and hide it from the test reading it.
+ */
 export function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
     let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk;
+      output += chunk;
+    });
     child.stderr.on('data', (chunk) => (output += chunk));
-    child.on('exit', (code) =>
-      code === 0 ? resolve(output) : reject(new Error(`${command} ${args.join(' ')} (in ${cwd}) exited ${code}:\n${output}`)),
+    child.on('close', (code) =>
+      code === 0 ? resolve(stdout) : reject(new Error(`${command} ${args.join(' ')} (in ${cwd}) exited ${code}:\n${output}`)),
     );
   });
 }
