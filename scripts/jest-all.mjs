@@ -83,16 +83,20 @@ function jest(paths, jestOptions, what) {
   return result.status ?? 1;
 }
 
-// The docs apps' builds, served by one process for both passes (test/docs/support/build-server.mjs).
-const buildSocket = join(tmpdir(), `docs-build-${process.pid}.sock`);
-const buildServer = fork(join(import.meta.dirname, '..', 'test', 'docs', 'support', 'build-server.mjs'), [buildSocket], {
-  stdio: 'inherit',
-});
-await new Promise((resolve, reject) => {
-  buildServer.once('message', resolve);
-  buildServer.once('exit', (code) => reject(new Error(`the docs build server exited (${code}) before it was ready`)));
-});
-process.env.DOCS_BUILD_SOCKET = buildSocket;
+// The docs apps' builds, served by one process for the run (test/docs/support/build-server.mjs),
+// when the run has docs suites (they alone build apps).
+const buildServer = suites.some((path) => path.includes('/test/docs/')) ? await startBuildServer() : undefined;
+
+async function startBuildServer() {
+  const socket = join(tmpdir(), `docs-build-${process.pid}.sock`);
+  const server = fork(join(import.meta.dirname, '..', 'test', 'docs', 'support', 'build-server.mjs'), [socket], { stdio: 'inherit' });
+  await new Promise((resolve, reject) => {
+    server.once('message', resolve);
+    server.once('exit', (code) => reject(new Error(`the docs build server exited (${code}) before it was ready`)));
+  });
+  process.env.DOCS_BUILD_SOCKET = socket;
+  return server;
+}
 
 const statuses = [
   jest(
@@ -112,7 +116,7 @@ const statuses = [
   ),
 ];
 
-buildServer.kill();
+buildServer?.kill();
 
 // Where the time went: the slowest suites of each pass (all of them in .tmp/jest-timings/<config>/).
 for (const [index, report] of reports.entries()) {

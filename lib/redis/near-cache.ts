@@ -109,23 +109,26 @@ export class NearCache implements TrackedCache {
     return this.tracking.clientId;
   }
 
-  /** Whether lookup(key) would answer now; nothing counted, nothing started. */
-  holds(key: string): boolean {
-    const entry = this.entries.get(key);
+  /** Whether `entry` may be answered now: the cache on, the entry within its retention, the database's identity fresh. */
+  private answers(entry: Entry | undefined): entry is Entry {
     if (entry === undefined) return false;
     const now = performance.now();
     return this.enabled && entry.deadline > now && now < this.identityValidUntil;
   }
 
+  /** Whether lookup(key) would answer now; nothing counted, nothing started. */
+  holds(key: string): boolean {
+    return this.answers(this.entries.get(key));
+  }
+
   /** The cached answer to a claim of `key`, if one may be given without Redis. Starts the cache on first use. */
   lookup(key: string): ClaimResult | undefined {
     const entry = this.entries.get(key);
+    if (this.answers(entry)) {
+      this.hits++;
+      return entry.result;
+    }
     if (entry !== undefined) {
-      const now = performance.now();
-      if (this.enabled && entry.deadline > now && now < this.identityValidUntil) {
-        this.hits++;
-        return entry.result;
-      }
       this.entries.delete(key);
     } else if (!this.started) {
       this.start();
